@@ -1,0 +1,5 @@
+import sys
+
+from variant_autoscaler.cli import main
+
+sys.exit(main())
