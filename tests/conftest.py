@@ -10,6 +10,9 @@ import os
 
 import pytest
 
+# Fixtures for tests that talk to Kubernetes (hack/localcluster; docs/local-cluster.md).
+pytest_plugins = ["localcluster.pytest_plugin"]
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("CI", "").lower() not in {"1", "true", "yes"}:

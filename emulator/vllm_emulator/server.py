@@ -1,0 +1,347 @@
+"""The emulator's HTTP server: OpenAI-compatible endpoints, ``/health`` and ``/metrics`` on aiohttp.
+
+The :class:`~vllm_emulator.engine.Engine` runs on the event loop's monotonic clock: engine time is
+``loop.time()``. One timer callback, always armed for the engine's next event, advances the engine
+and hands what happened to the waiting handlers (a future per non-streamed request, an event per
+stream) and to the metrics. A request's submission and a scrape first advance the engine to "now",
+so nothing is delivered late because the timer had not fired yet.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both streaming or not),
+``GET /v1/models``, ``GET /health``, ``GET /version``, ``GET /metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from vllm_emulator import __version__
+from vllm_emulator.config import EmulatorConfig
+from vllm_emulator.engine import Engine, EngineOutput, SeqState, Sequence
+from vllm_emulator.metrics import EmulatorMetrics, VllmCollector, build_registry
+from vllm_emulator.protocol import (
+    ApiError,
+    ChunkEncoder,
+    ParsedRequest,
+    chat_body,
+    completion_body,
+    error_body,
+    parse_chat,
+    parse_completion,
+)
+from vllm_emulator.tokenizer import generate_text, generate_tokens
+
+__all__ = ["EmulatorServer", "serve"]
+
+log = logging.getLogger("vllm_emulator")
+
+_JSON = "application/json"
+
+
+@dataclass(slots=True)
+class _Stream:
+    seq: Sequence
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: int = 0
+
+
+class EmulatorServer:
+    """One emulated vLLM replica: the engine, its driver, the metrics and the aiohttp application."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.engine = Engine(config.engine, start_time=0.0)
+        self.metrics = EmulatorMetrics(config.model, config.engine.max_model_len)
+        self.registry = build_registry(
+            VllmCollector(
+                self.metrics,
+                running=lambda: self.engine.num_running,
+                waiting=lambda: self.engine.num_waiting,
+                kv_usage=lambda: self.engine.kv_cache_usage,
+                before_collect=self._flush,
+            )
+        )
+        self._rng = random.Random(config.seed)
+        self._futures: dict[int, asyncio.Future[None]] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
+        self._closing = False
+        self._started = int(time.time())
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------------ application
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[_error_middleware], client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.engine = Engine(self.config.engine, start_time=self._loop.time())
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.cancel()
+        for stream in self._streams.values():
+            stream.wake.set()
+
+    # ------------------------------------------------------------------ engine driver
+
+    def _now(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
+    def _flush(self) -> None:
+        """Advance the engine to now and deliver the output; re-arm the timer."""
+        if self._loop is None:
+            return
+        self._deliver(self.engine.advance(self._loop.time()))
+        self._arm()
+
+    def _arm(self) -> None:
+        assert self._loop is not None
+        when = self.engine.next_event_time()
+        timer = self._timer
+        if when is None:
+            if timer is not None:
+                timer.cancel()
+                self._timer = None
+            return
+        if timer is not None:
+            if self._timer_when == when:
+                return
+            timer.cancel()
+        self._timer_when = when
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._flush()
+
+    def _deliver(self, out: EngineOutput) -> None:
+        if not out:
+            return
+        self.metrics.record(out)
+        for seq in out.finished:
+            fut = self._futures.pop(seq.seq_no, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        if self._streams:
+            engine = self.engine
+            for stream in self._streams.values():
+                seq = stream.seq
+                if seq.state is SeqState.FINISHED or engine.num_generated(seq) > stream.sent:
+                    stream.wake.set()
+
+    def _sample_output(self, prompt_tokens: int, max_tokens: int | None) -> tuple[int, str]:
+        if max_tokens is not None:
+            return max_tokens, "length"
+        room = self.config.engine.max_model_len - prompt_tokens
+        wanted = self.config.output_tokens.sample(self._rng)
+        if wanted >= room:
+            return room, "length"
+        return wanted, "stop"
+
+    def _submit(self, request_id: str, prompt_tokens: int, max_tokens: int | None) -> Sequence:
+        n, reason = self._sample_output(prompt_tokens, max_tokens)
+        now = self._now()
+        seq = self.engine.submit(request_id, prompt_tokens, n, now, stop_reason=reason)
+        self._deliver(self.engine.advance(now))
+        self._arm()
+        return seq
+
+    def _abort(self, seq: Sequence) -> None:
+        if seq.state is SeqState.FINISHED or self._loop is None:
+            return
+        self.engine.abort(seq, self._now())
+        self._flush()
+
+    # ------------------------------------------------------------------ handlers
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response({"version": f"vllm-emulator {__version__}"})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        model = self.config.model
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model,
+                        "object": "model",
+                        "created": self._started,
+                        "owned_by": "vllm",
+                        "root": model,
+                        "parent": None,
+                        "max_model_len": self.config.engine.max_model_len,
+                    }
+                ],
+            }
+        )
+
+    async def metrics_endpoint(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        parsed = parse_completion(await request.read(), self.config.model, self.config.engine.max_model_len)
+        return await self._serve(request, parsed, f"cmpl-{uuid.uuid4().hex}")
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        parsed = parse_chat(await request.read(), self.config.model, self.config.engine.max_model_len)
+        return await self._serve(request, parsed, f"chatcmpl-{uuid.uuid4().hex}")
+
+    async def _serve(
+        self, request: web.Request, parsed: ParsedRequest, request_id: str
+    ) -> web.StreamResponse:
+        if parsed.stream:
+            return await self._serve_stream(request, parsed, request_id)
+        seqs = [self._submit(request_id, count, parsed.max_tokens) for count in parsed.prompt_tokens]
+        try:
+            for seq in seqs:
+                if seq.state is not SeqState.FINISHED:
+                    fut = self._loop_future()
+                    self._futures[seq.seq_no] = fut
+                    await fut
+        finally:
+            for seq in seqs:
+                self._futures.pop(seq.seq_no, None)
+                self._abort(seq)
+        created = int(time.time())
+        prompt = sum(parsed.prompt_tokens)
+        completion = sum(seq.output_tokens for seq in seqs)
+        if parsed.kind == "chat":
+            seq = seqs[0]
+            body = chat_body(
+                request_id,
+                created=created,
+                model=parsed.model,
+                text=generate_text(seq.output_tokens, seq.seq_no),
+                reason=seq.finish_reason or "length",
+                prompt=prompt,
+                completion=completion,
+            )
+        else:
+            choices = [(generate_text(s.output_tokens, s.seq_no), s.finish_reason or "length") for s in seqs]
+            body = completion_body(
+                request_id,
+                created=created,
+                model=parsed.model,
+                choices=choices,
+                prompt=prompt,
+                completion=completion,
+            )
+        return web.Response(text=json.dumps(body), content_type=_JSON)
+
+    def _loop_future(self) -> asyncio.Future[None]:
+        assert self._loop is not None
+        return self._loop.create_future()
+
+    async def _serve_stream(
+        self, request: web.Request, parsed: ParsedRequest, request_id: str
+    ) -> web.StreamResponse:
+        prompt = parsed.prompt_tokens[0]
+        seq = self._submit(request_id, prompt, parsed.max_tokens)
+        stream = _Stream(seq)
+        self._streams[seq.seq_no] = stream
+        encoder = ChunkEncoder(parsed.kind, request_id, int(time.time()), parsed.model, prompt)
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        try:
+            await response.prepare(request)
+            words = generate_tokens(seq.output_tokens, seq.seq_no)
+            engine = self.engine
+            while True:
+                finished = seq.state is SeqState.FINISHED
+                n = seq.output_tokens if finished else engine.num_generated(seq)
+                if n > stream.sent:
+                    parts: list[str] = []
+                    if stream.sent == 0 and parsed.kind == "chat":
+                        parts.append(encoder.role())
+                    last = seq.output_tokens
+                    for i in range(stream.sent, n):
+                        parts.append(encoder.token(words[i], seq.finish_reason if i + 1 == last else None))
+                    stream.sent = n
+                    await response.write("".join(parts).encode())
+                if finished:
+                    break
+                stream.wake.clear()
+                await stream.wake.wait()
+                if self._closing:
+                    raise web.HTTPServiceUnavailable(reason="the server is shutting down")
+            tail = encoder.usage(seq.output_tokens) if parsed.include_usage else ""
+            await response.write((tail + encoder.done()).encode())
+            await response.write_eof()
+        finally:
+            self._streams.pop(seq.seq_no, None)
+            self._abort(seq)
+        return response
+
+
+@web.middleware
+async def _error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        body: dict[str, Any] = error_body(exc.reason, "invalid_request_error", None, exc.status)
+        return web.json_response(
+            body, status=exc.status, headers={k: v for k, v in exc.headers.items() if k == "Allow"}
+        )
+
+
+async def serve(config: EmulatorConfig, *, ready: Callable[[str, int], None] | None = None) -> None:
+    """Run the server until cancelled; ``ready(host, port)`` is called once it listens."""
+    server = EmulatorServer(config)
+    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=2048, reuse_address=True)
+    try:
+        await site.start()
+        host, port = config.host, config.port
+        for address in runner.addresses:
+            if isinstance(address, tuple) and len(address) >= 2:
+                host, port = str(address[0]), int(address[1])
+                break
+        if ready is not None:
+            ready(host, port)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,110 @@
+"""Kubernetes Events about VariantAutoscalings (decision changes, refusals, invalid specs).
+
+Events are informative: a failure to post one is logged and counted but never fails a cycle (the same
+facts are in the status conditions, which are written with retries).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from variant_autoscaler.adapters.kube import JSON, KubeClient
+from variant_autoscaler.api.v1alpha1 import GROUP, KIND, VERSION
+from variant_autoscaler.errors import ConflictError, KubeError
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "variant-autoscaler"
+EventType = Literal["Normal", "Warning"]
+
+
+def build_event(
+    *,
+    namespace: str,
+    name: str,
+    uid: str | None,
+    reason: str,
+    message: str,
+    type_: EventType,
+    now: datetime,
+    instance: str,
+    name_suffix: str | None = None,
+) -> JSON:
+    """A ``core/v1`` Event about the VariantAutoscaling ``namespace/name``.
+
+    With ``name_suffix`` the Event gets a fixed name, so posting the same fact twice (say, by an operator
+    restarted before it could record that it had posted) creates it once.
+    """
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": name,
+        "namespace": namespace,
+    }
+    if uid:
+        involved["uid"] = uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": (
+            {"name": f"{name[:200]}.{name_suffix}", "namespace": namespace}
+            if name_suffix
+            else {"generateName": f"{name[:200]}.", "namespace": namespace}
+        ),
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance[:128],
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    def __init__(self, kube: KubeClient, *, instance: str) -> None:
+        self.kube = kube
+        self.instance = instance
+        self.failures = 0
+        self.posted = 0
+        self.duplicates = 0
+
+    async def post(
+        self,
+        va: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        type_: EventType = "Normal",
+        now: datetime | None = None,
+        name_suffix: str | None = None,
+    ) -> None:
+        meta = va.get("metadata") or {}
+        event = build_event(
+            namespace=str(meta.get("namespace")),
+            name=str(meta.get("name")),
+            uid=meta.get("uid"),
+            reason=reason,
+            message=message,
+            type_=type_,
+            now=now or datetime.now(UTC),
+            instance=self.instance,
+            name_suffix=name_suffix,
+        )
+        try:
+            await self.kube.create_event(str(meta.get("namespace")), event)
+            self.posted += 1
+        except ConflictError:
+            self.duplicates += 1  # the same Event exists already: posted before a restart
+        except KubeError as exc:
+            self.failures += 1
+            logger.warning(
+                "could not post Event %s for %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), exc
+            )

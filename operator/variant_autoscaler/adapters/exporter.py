@@ -1,0 +1,206 @@
+"""The operator's metrics endpoint: WVA's ``inferno_*`` gauges and the operator's own metrics.
+
+The per-variant series come from a scrape-time collector over the latest decisions (replaced as a whole
+each cycle), so a deleted variant leaves no stale series behind. Everything lives on a private
+:class:`~prometheus_client.CollectorRegistry` served by a small aiohttp server.
+
+``inferno_desired_replicas``, ``inferno_current_replicas`` and ``inferno_desired_ratio`` keep WVA's names
+and labels (``variant_name``, ``namespace``, ``accelerator_type``), so WVA's prometheus-adapter rule and
+HPA sample work unchanged. They are exported for variants in ``metrics`` actuation mode only, and only
+while this process is the leader: a standby or a shadow-mode variant must not drive an HPA.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+WVA_LABELS: tuple[str, ...] = ("variant_name", "namespace", "accelerator_type")
+
+
+@dataclass(frozen=True, slots=True)
+class VariantGauges:
+    """The exported view of one variant's latest decision (latencies in ms; None when unknown)."""
+
+    variant_name: str
+    namespace: str
+    accelerator: str
+    mode: str
+    desired_replicas: int
+    current_replicas: int
+    predicted_ttft_ms: float | None = None
+    predicted_itl_ms: float | None = None
+    observed_ttft_ms: float | None = None
+    observed_itl_ms: float | None = None
+
+    @property
+    def desired_ratio(self) -> float:
+        """WVA's ratio: desired/current, or desired when nothing runs."""
+        if self.current_replicas == 0:
+            return float(self.desired_replicas)
+        return self.desired_replicas / self.current_replicas
+
+
+class DecisionCollector(Collector):
+    """Scrape-time series over the latest decisions."""
+
+    def __init__(self, is_active: Callable[[], bool]) -> None:
+        self._is_active = is_active
+        self._variants: tuple[VariantGauges, ...] = ()
+
+    def replace(self, variants: Iterable[VariantGauges]) -> None:
+        self._variants = tuple(variants)
+
+    @property
+    def variants(self) -> Sequence[VariantGauges]:
+        return self._variants
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # series depend on state; nothing to pre-declare
+
+    def collect(self) -> Iterator[Metric]:
+        if not self._is_active():
+            return
+        desired = GaugeMetricFamily(
+            "inferno_desired_replicas", "Replicas the autoscaler wants for the variant.", labels=WVA_LABELS
+        )
+        current = GaugeMetricFamily(
+            "inferno_current_replicas", "Replicas of the variant running now.", labels=WVA_LABELS
+        )
+        ratio = GaugeMetricFamily(
+            "inferno_desired_ratio",
+            "Desired over current replicas (desired when none run).",
+            labels=WVA_LABELS,
+        )
+        ours = GaugeMetricFamily(
+            "variant_autoscaler_desired_replicas",
+            "The operator's decision for every variant, whatever its actuation mode.",
+            labels=[*WVA_LABELS, "mode"],
+        )
+        ttft = GaugeMetricFamily(
+            "variant_autoscaler_ttft_seconds",
+            "Mean time to first token: predicted at the decision, or observed.",
+            labels=["variant_name", "namespace", "kind"],
+        )
+        itl = GaugeMetricFamily(
+            "variant_autoscaler_itl_seconds",
+            "Mean inter-token latency: predicted at the decision, or observed.",
+            labels=["variant_name", "namespace", "kind"],
+        )
+        for v in self._variants:
+            labels = [v.variant_name, v.namespace, v.accelerator]
+            ours.add_metric([*labels, v.mode], v.desired_replicas)
+            if v.mode == "metrics":
+                desired.add_metric(labels, v.desired_replicas)
+                current.add_metric(labels, v.current_replicas)
+                ratio.add_metric(labels, v.desired_ratio)
+            for family, kind, value in (
+                (ttft, "predicted", v.predicted_ttft_ms),
+                (ttft, "observed", v.observed_ttft_ms),
+                (itl, "predicted", v.predicted_itl_ms),
+                (itl, "observed", v.observed_itl_ms),
+            ):
+                if value is not None:
+                    family.add_metric([v.variant_name, v.namespace, kind], value / 1000.0)
+        yield from (desired, current, ratio, ours, ttft, itl)
+
+
+class Exporter:
+    """The registry, the operator's own metrics and the HTTP server that serves them."""
+
+    def __init__(self, *, is_active: Callable[[], bool]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.decisions = DecisionCollector(is_active)
+        self.registry.register(self.decisions)
+        r = self.registry
+        self.cycle_duration = Histogram(
+            "variant_autoscaler_cycle_duration_seconds",
+            "Wall time of one full cycle.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
+        self.cycles = Counter(
+            "variant_autoscaler_cycles", "Completed cycles by result.", ["result"], registry=r
+        )
+        self.last_cycle = Gauge(
+            "variant_autoscaler_last_cycle_timestamp_seconds",
+            "Unix time at which the last cycle completed.",
+            registry=r,
+        )
+        self.variants = Gauge(
+            "variant_autoscaler_variants", "Variants handled in the last cycle.", registry=r
+        )
+        self.optimizer_duration = Gauge(
+            "variant_autoscaler_optimizer_duration_seconds", "Solve time of the last plan.", registry=r
+        )
+        self.optimizer_status = Gauge(
+            "variant_autoscaler_optimizer_status",
+            "1 for the status of the last plan (optimal, infeasible, error, ...).",
+            ["status"],
+            registry=r,
+        )
+        self.promql_queries = Counter(
+            "variant_autoscaler_promql_queries", "PromQL queries sent to Prometheus.", registry=r
+        )
+        self.promql_queries_last_cycle = Gauge(
+            "variant_autoscaler_promql_queries_last_cycle", "PromQL queries of the last cycle.", registry=r
+        )
+        self.status_conflicts = Counter(
+            "variant_autoscaler_status_conflicts",
+            "Status writes that hit a conflict (HTTP 409) and were retried with a fresh read.",
+            registry=r,
+        )
+        self.scalings = Counter(
+            "inferno_replica_scaling",
+            "Replica changes applied by the operator (patch mode).",
+            ["variant_name", "namespace", "direction", "reason"],
+            registry=r,
+        )
+        self.leader = Gauge("variant_autoscaler_leader", "1 while this process is the leader.", registry=r)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def set_optimizer_status(self, status: str) -> None:
+        self.optimizer_status.clear()
+        self.optimizer_status.labels(status=status).set(1)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve ``/metrics``; returns the bound port (``port=0`` picks a free one)."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        self._runner = runner
+        server = site._server
+        sockets = getattr(server, "sockets", None) or ()
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        logger.info("serving metrics on http://%s:%s/metrics", host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

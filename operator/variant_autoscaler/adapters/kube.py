@@ -1,0 +1,526 @@
+"""The Kubernetes API edge: a small async client and the reads and writes the cycle needs.
+
+kopf owns the watches that feed the in-memory indices (VariantAutoscalings, nodes); this client does the
+rest of the cycle's I/O over httpx: ConfigMaps, scale targets and their ``/scale`` subresource,
+HorizontalPodAutoscalers, pods (limited mode), VariantAutoscaling status and owner references, Events
+and the leader Lease. Credentials come from the in-cluster ServiceAccount or a kubeconfig, loaded by the
+``kubernetes`` package's config loaders (which also refresh rotated tokens).
+
+Library errors become :mod:`variant_autoscaler.errors` types: HTTP 409 is a :class:`ConflictError`,
+404 a :class:`NotFoundError`, 403 a :class:`ForbiddenError`, 422 an :class:`InvalidError`; transport
+errors and 5xx are retried a bounded number of times and then raised as :class:`KubeError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from variant_autoscaler.api.v1alpha1 import GROUP, PLURAL, VERSION
+from variant_autoscaler.errors import ConfigError, ConflictError, KubeError
+
+logger = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class NotFoundError(KubeError):
+    """HTTP 404."""
+
+
+class ForbiddenError(KubeError):
+    """HTTP 403: the ServiceAccount lacks a permission."""
+
+
+class InvalidError(KubeError):
+    """HTTP 422: the API server rejected the object (schema or admission)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    host: str
+    verify: ssl.SSLContext | bool
+    token_source: Any = None  # a kubernetes.client.Configuration to refresh and read the token from
+    tls_server_name: str | None = None
+
+
+def load_credentials(kubeconfig: str | None = None, context: str | None = None) -> Credentials:
+    """In-cluster ServiceAccount credentials when running in a pod, else the kubeconfig."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    cfg = k8s_client.Configuration()
+    try:
+        if kubeconfig is None and context is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            except k8s_config.ConfigException:
+                k8s_config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+    except (k8s_config.ConfigException, OSError, TypeError) as exc:
+        raise ConfigError(f"no usable Kubernetes credentials: {exc}") from exc
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if cfg.cert_file and cfg.key_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if not cfg.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"Kubernetes TLS configuration: {exc}") from exc
+    return Credentials(
+        host=cfg.host.rstrip("/"),
+        verify=ctx,
+        token_source=cfg,
+        tls_server_name=getattr(cfg, "tls_server_name", None),
+    )
+
+
+def _authorization(source: Any) -> str | None:
+    if source is None:
+        return None
+    hook = getattr(source, "refresh_api_key_hook", None)
+    if hook is not None:
+        hook(source)
+    keys: Mapping[str, str] = getattr(source, "api_key", {}) or {}
+    token = keys.get("BearerToken") or keys.get("authorization")
+    if not token:
+        return None
+    scheme, _, rest = token.partition(" ")
+    return f"Bearer {rest}" if rest and scheme.lower() == "bearer" else f"Bearer {token}"
+
+
+class KubeClient:
+    """A minimal async Kubernetes REST client (JSON in, JSON out)."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff: float = 0.2,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._credentials = credentials
+        self._retries = retries
+        self._backoff = backoff
+        self._client = httpx.AsyncClient(
+            base_url=credentials.host,
+            verify=credentials.verify,
+            timeout=httpx.Timeout(timeout, read=None),
+            transport=transport,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        )
+        self._plurals: dict[tuple[str, str], tuple[str, bool]] = {}
+        self.requests = 0
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        auth = _authorization(self._credentials.token_source)
+        if auth:
+            headers["Authorization"] = auth
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        content = json.dumps(body).encode() if body is not None else None
+        extensions = (
+            {"sni_hostname": self._credentials.tls_server_name} if self._credentials.tls_server_name else None
+        )
+        attempt = 0
+        while True:
+            self.requests += 1
+            try:
+                response = await self._client.request(
+                    method,
+                    path,
+                    params=params,
+                    content=content,
+                    headers=self._headers(content_type if content is not None else None),
+                    extensions=extensions,
+                )
+            except httpx.TransportError as exc:
+                if attempt < self._retries:
+                    attempt += 1
+                    await asyncio.sleep(self._backoff * 2**attempt)
+                    continue
+                raise KubeError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            if response.status_code >= 500 and attempt < self._retries:
+                attempt += 1
+                await asyncio.sleep(self._backoff * 2**attempt)
+                continue
+            if response.status_code >= 400:
+                raise _error(method, path, response)
+            if not response.content:
+                return {}
+            result: JSON = response.json()
+            return result
+
+    async def watch(
+        self, path: str, *, params: Mapping[str, str] | None = None, timeout_seconds: int = 300
+    ) -> AsyncIterator[JSON]:
+        """Stream watch events (``{"type": ..., "object": ...}``) until the server closes the stream."""
+        query = {**(params or {}), "watch": "true", "timeoutSeconds": str(timeout_seconds)}
+        try:
+            async with self._client.stream(
+                "GET", path, params=query, headers=self._headers(), timeout=timeout_seconds + 30
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _error("WATCH", path, response)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise KubeError(f"WATCH {path}: {type(exc).__name__}: {exc}") from exc
+
+    # --- discovery ----------------------------------------------------------------------------------
+
+    async def resource_path(self, api_version: str, kind: str, namespace: str | None) -> str:
+        """The collection path of ``kind`` (found by API discovery, cached)."""
+        plural, namespaced = await self._plural(api_version, kind)
+        prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        if namespaced and namespace is not None:
+            return f"{prefix}/namespaces/{namespace}/{plural}"
+        return f"{prefix}/{plural}"
+
+    async def _plural(self, api_version: str, kind: str) -> tuple[str, bool]:
+        key = (api_version, kind)
+        if key not in self._plurals:
+            prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            listing = await self.request("GET", prefix)
+            for res in listing.get("resources", ()):
+                if "/" not in res.get("name", "") and res.get("kind"):
+                    self._plurals[(api_version, res["kind"])] = (res["name"], bool(res.get("namespaced")))
+            if key not in self._plurals:
+                raise NotFoundError(f"the API server does not serve kind {kind} in {api_version}")
+        return self._plurals[key]
+
+    # --- ConfigMaps ---------------------------------------------------------------------------------
+
+    async def get_configmap(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return await self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except NotFoundError:
+            return None
+
+    # --- scale targets ------------------------------------------------------------------------------
+
+    async def list_deployments(self, namespace: str | None) -> list[JSON]:
+        path = (
+            f"/apis/apps/v1/namespaces/{namespace}/deployments" if namespace else "/apis/apps/v1/deployments"
+        )
+        return await self._list(path)
+
+    async def get_object(self, api_version: str, kind: str, namespace: str, name: str) -> JSON:
+        return await self.request("GET", f"{await self.resource_path(api_version, kind, namespace)}/{name}")
+
+    async def get_scale(self, api_version: str, kind: str, namespace: str, name: str) -> JSON:
+        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}/scale"
+        return await self.request("GET", path)
+
+    async def patch_scale(
+        self, api_version: str, kind: str, namespace: str, name: str, replicas: int
+    ) -> JSON:
+        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}/scale"
+        return await self.request(
+            "PATCH", path, body={"spec": {"replicas": replicas}}, content_type=MERGE_PATCH
+        )
+
+    async def json_patch(
+        self, api_version: str, kind: str, namespace: str, name: str, ops: Sequence[JSON]
+    ) -> JSON:
+        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}"
+        return await self.request("PATCH", path, body=list(ops), content_type=JSON_PATCH)
+
+    async def list_hpas(self, namespace: str | None) -> list[JSON]:
+        path = (
+            f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
+            if namespace
+            else "/apis/autoscaling/v2/horizontalpodautoscalers"
+        )
+        return await self._list(path)
+
+    async def list_pods(self, *, field_selector: str | None = None) -> list[JSON]:
+        params = {"fieldSelector": field_selector} if field_selector else None
+        return await self._list("/api/v1/pods", params=params)
+
+    async def _list(self, path: str, params: Mapping[str, str] | None = None) -> list[JSON]:
+        items: list[JSON] = []
+        query = dict(params or {})
+        query["limit"] = "500"
+        while True:
+            page = await self.request("GET", path, params=query)
+            items.extend(page.get("items") or ())
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items
+            query["continue"] = cont
+
+    # --- VariantAutoscalings ------------------------------------------------------------------------
+
+    @staticmethod
+    def va_path(namespace: str, name: str) -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+    async def get_va(self, namespace: str, name: str) -> JSON:
+        return await self.request("GET", self.va_path(namespace, name))
+
+    async def list_vas(self, namespace: str | None = None) -> list[JSON]:
+        path = (
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+            if namespace
+            else f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+        )
+        return await self._list(path)
+
+    async def patch_va_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> JSON:
+        """Merge-patch ``.status``; with a resourceVersion the write fails with 409 if the VA moved on."""
+        body: JSON = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self.request(
+            "PATCH", f"{self.va_path(namespace, name)}/status", body=body, content_type=MERGE_PATCH
+        )
+
+    async def patch_va_metadata(self, namespace: str, name: str, metadata: Mapping[str, Any]) -> JSON:
+        return await self.request(
+            "PATCH",
+            self.va_path(namespace, name),
+            body={"metadata": dict(metadata)},
+            content_type=MERGE_PATCH,
+        )
+
+    # --- Events -------------------------------------------------------------------------------------
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
+        return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=dict(event))
+
+    # --- Leases -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def lease_path(namespace: str, name: str | None = None) -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        return f"{base}/{name}" if name else base
+
+    async def get_lease(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return await self.request("GET", self.lease_path(namespace, name))
+        except NotFoundError:
+            return None
+
+    async def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> JSON:
+        return await self.request("POST", self.lease_path(namespace), body=dict(lease))
+
+    async def replace_lease(self, namespace: str, name: str, lease: Mapping[str, Any]) -> JSON:
+        return await self.request("PUT", self.lease_path(namespace, name), body=dict(lease))
+
+
+def _error(method: str, path: str, response: httpx.Response) -> KubeError:
+    try:
+        message = response.json().get("message") or response.text
+    except ValueError:
+        message = response.text
+    text = f"{method} {path}: HTTP {response.status_code}: {message[:500]}"
+    match response.status_code:
+        case 409:
+            return ConflictError(text)
+        case 404:
+            return NotFoundError(text)
+        case 403:
+            return ForbiddenError(text)
+        case 422:
+            return InvalidError(text)
+        case _:
+            return KubeError(text)
+
+
+# --- scale targets as the engine sees them ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTarget:
+    """The parts of a scale target (a Deployment, or any kind with ``/scale``) the cycle uses."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None
+    spec_replicas: int
+    status_replicas: int
+    ready_replicas: int | None
+    selector: Mapping[str, Any] = field(default_factory=dict)
+    # The serving container's --max-num-seqs, its index and its args (Deployments only).
+    max_num_seqs: int | None = None
+    container_index: int | None = None
+    container_args: tuple[str, ...] | None = None
+    args_field: str = "args"
+    # "Kind/name" of a controller that owns the target (it would fight a direct patch), if any.
+    controller: str | None = None
+
+
+MAX_NUM_SEQS_FLAG = "--max-num-seqs"
+
+
+def find_max_num_seqs(args: Sequence[str]) -> int | None:
+    """The value of ``--max-num-seqs`` in a container's args (``--flag N`` or ``--flag=N``)."""
+    for i, arg in enumerate(args):
+        value: str | None = None
+        if arg == MAX_NUM_SEQS_FLAG and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(MAX_NUM_SEQS_FLAG + "="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def with_max_num_seqs(args: Sequence[str], batch: int) -> list[str]:
+    """``args`` with ``--max-num-seqs`` set to ``batch`` (replaced in place, or appended)."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == MAX_NUM_SEQS_FLAG and i + 1 < len(out):
+            out[i + 1] = str(batch)
+            return out
+        if arg.startswith(MAX_NUM_SEQS_FLAG + "="):
+            out[i] = f"{MAX_NUM_SEQS_FLAG}={batch}"
+            return out
+    return [*out, MAX_NUM_SEQS_FLAG, str(batch)]
+
+
+def _controller_of(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return f"{ref.get('kind')}/{ref.get('name')}"
+    return None
+
+
+def target_from_deployment(body: Mapping[str, Any]) -> ScaleTarget:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    max_num_seqs = index = None
+    args: tuple[str, ...] | None = None
+    args_field = "args"
+    for i, container in enumerate(containers):
+        for fld in ("args", "command"):
+            found = find_max_num_seqs(container.get(fld) or ())
+            if found is not None:
+                max_num_seqs, index, args, args_field = found, i, tuple(container.get(fld) or ()), fld
+                break
+        if index is not None:
+            break
+    if index is None and containers:
+        index, args = 0, tuple(containers[0].get("args") or ())
+    replicas = spec.get("replicas")
+    return ScaleTarget(
+        api_version=str(body.get("apiVersion") or "apps/v1"),
+        kind=str(body.get("kind") or "Deployment"),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=meta.get("uid"),
+        spec_replicas=int(replicas) if replicas is not None else 1,
+        status_replicas=int(status.get("replicas") or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        selector=dict(spec.get("selector") or {}),
+        max_num_seqs=max_num_seqs,
+        container_index=index,
+        container_args=args,
+        args_field=args_field,
+        controller=_controller_of(meta),
+    )
+
+
+def target_from_scale(
+    api_version: str, kind: str, obj: Mapping[str, Any], scale: Mapping[str, Any]
+) -> ScaleTarget:
+    """A target of any kind, from the object (for its uid and owner) and its ``/scale`` subresource."""
+    meta = obj.get("metadata") or {}
+    spec = scale.get("spec") or {}
+    status = scale.get("status") or {}
+    obj_status = obj.get("status") or {}
+    ready = obj_status.get("readyReplicas")
+    return ScaleTarget(
+        api_version=api_version,
+        kind=kind,
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=meta.get("uid"),
+        spec_replicas=int(spec.get("replicas") or 0),
+        status_replicas=int(status.get("replicas") or 0),
+        ready_replicas=int(ready) if ready is not None else None,
+        selector={},
+        controller=_controller_of(meta),
+    )
+
+
+def hpa_targets(hpas: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """(namespace, kind, name) of each HPA's scale target -> the HPA's name."""
+    out: dict[tuple[str, str, str], str] = {}
+    for hpa in hpas:
+        meta = hpa.get("metadata") or {}
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") and ref.get("name"):
+            out[(str(meta.get("namespace") or ""), str(ref["kind"]), str(ref["name"]))] = str(
+                meta.get("name")
+            )
+    return out
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels and matchExpressions) selects ``labels``; empty selects none."""
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for expr in expressions:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and (not present or labels[key] not in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

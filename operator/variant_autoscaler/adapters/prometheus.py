@@ -1,0 +1,366 @@
+"""Collect vLLM load and latency from Prometheus: a fixed set of PromQL queries per cycle.
+
+WVA issues six queries per VariantAutoscaling per cycle. Here every quantity is one query grouped
+``by (model_name, namespace)``, so a cycle costs :data:`QUERIES_PER_CYCLE` queries however many variants
+exist. The quantities and the window are WVA's (``[1m]`` by default): completion rate, mean input and
+output tokens, mean TTFT and ITL. Two more queries read the waiting queue, because under overload the
+completion rate under-reads demand (see :func:`demand_rate`).
+
+Transport: httpx over HTTPS with a CA bundle, a client certificate, a bearer token or a token file
+(re-read when it changes, for rotated ServiceAccount tokens). Certificate verification is on unless the
+configuration explicitly skips it. Timeouts and bounded retries; every failure becomes a
+:class:`~variant_autoscaler.errors.CollectionError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.errors import CollectionError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+LABEL_MODEL = "model_name"
+LABEL_NAMESPACE = "namespace"
+_BY = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE})"
+
+ModelKey = tuple[str, str]  # (model_name, namespace); namespace "" for series without the label
+
+
+def _window(seconds: float) -> str:
+    whole = max(1, round(seconds))
+    return f"{whole}s" if whole % 60 else f"{whole // 60}m"
+
+
+def _ratio(metric: str, window: str) -> str:
+    return f"sum {_BY} (rate({metric}_sum[{window}])) / sum {_BY} (rate({metric}_count[{window}]))"
+
+
+def build_queries(window_seconds: float) -> dict[str, str]:
+    """The cycle's PromQL, one query per quantity, each grouped by model and namespace."""
+    w = _window(window_seconds)
+    return {
+        # Newest sample per group: distinguishes missing series from stale ones.
+        "newest": f"max {_BY} (timestamp(vllm:request_success_total))",
+        "completion_rate": f"sum {_BY} (rate(vllm:request_success_total[{w}]))",
+        "avg_input_tokens": _ratio("vllm:request_prompt_tokens", w),
+        "avg_output_tokens": _ratio("vllm:request_generation_tokens", w),
+        "ttft_seconds": _ratio("vllm:time_to_first_token_seconds", w),
+        "itl_seconds": _ratio("vllm:time_per_output_token_seconds", w),
+        "waiting": f"sum {_BY} (vllm:num_requests_waiting)",
+        "waiting_growth": f"sum {_BY} (delta(vllm:num_requests_waiting[{w}]))",
+    }
+
+
+QUERIES_PER_CYCLE = len(build_queries(60.0))
+
+
+# --- the HTTP client ------------------------------------------------------------------------------------
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    metric: dict[str, str] = {}
+    value: tuple[float, str] | None = None
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    resultType: str  # Prometheus' field names
+    result: Any = None
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["success", "error"]
+    data: _Data | None = None
+    errorType: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    labels: Mapping[str, str]
+    value: float  # NaN and infinities are kept; callers decide
+    timestamp: float
+
+
+def fix_value(value: float) -> float:
+    """WVA's FixValue: NaN and infinities read as 0."""
+    return value if math.isfinite(value) else 0.0
+
+
+def build_ssl_context(cfg: PrometheusConfig) -> ssl.SSLContext:
+    """TLS for Prometheus: verification on by default, optional CA bundle and client certificate."""
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ca_cert_path)
+        if cfg.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if cfg.client_cert_path and cfg.client_key_path:
+            ctx.load_cert_chain(cfg.client_cert_path, cfg.client_key_path)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"Prometheus TLS configuration: {exc}") from exc
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+class _TokenSource:
+    """A static bearer token, or a token file re-read whenever it changes."""
+
+    def __init__(self, token: str | None, path: str | None) -> None:
+        self._token = token
+        self._path = path
+        self._cached: tuple[float, str] | None = None
+
+    def get(self) -> str | None:
+        if self._token:
+            return self._token
+        if not self._path:
+            return None
+        try:
+            mtime = os.stat(self._path).st_mtime
+            if self._cached is None or self._cached[0] != mtime:
+                with open(self._path, encoding="utf-8") as fh:
+                    self._cached = (mtime, fh.read().strip())
+        except OSError as exc:
+            raise CollectionError(f"cannot read the Prometheus token file {self._path}: {exc}") from exc
+        return self._cached[1] or None
+
+
+class PrometheusClient:
+    """Instant queries against Prometheus' HTTP API, with timeouts and bounded retries."""
+
+    def __init__(
+        self,
+        cfg: PrometheusConfig,
+        *,
+        timeout: float = 10.0,
+        retries: int = 2,
+        backoff: float = 0.25,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not cfg.base_url:
+            raise ConfigError("PROMETHEUS_BASE_URL is not set")
+        self.cfg = cfg
+        self._retries = retries
+        self._backoff = backoff
+        self._token = _TokenSource(cfg.bearer_token, cfg.token_path)
+        verify: ssl.SSLContext | bool = build_ssl_context(cfg) if cfg.base_url.startswith("https") else True
+        self._client = httpx.AsyncClient(
+            base_url=cfg.base_url, verify=verify, timeout=timeout, transport=transport
+        )
+        self.queries_issued = 0
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def query(self, promql: str, *, at: float | None = None) -> list[Sample]:
+        """Run an instant query; return its vector samples (a non-vector result is an error)."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        attempt = 0
+        while True:
+            try:
+                return await self._query_once(params)
+            except _Retryable as exc:
+                if attempt >= self._retries:
+                    raise CollectionError(
+                        f"Prometheus query failed after {attempt + 1} attempts: {exc}"
+                    ) from exc
+                await asyncio.sleep(self._backoff * (2**attempt))
+                attempt += 1
+
+    async def _query_once(self, params: dict[str, str]) -> list[Sample]:
+        headers = {}
+        token = self._token.get()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        extensions = {"sni_hostname": self.cfg.server_name} if self.cfg.server_name else None
+        self.queries_issued += 1
+        try:
+            response = await self._client.get(
+                "/api/v1/query", params=params, headers=headers, extensions=extensions
+            )
+        except httpx.TransportError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            body = _Response.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise CollectionError(
+                f"unexpected Prometheus response (HTTP {response.status_code}): {response.text[:200]}"
+            ) from exc
+        if body.status != "success" or body.data is None:
+            raise CollectionError(f"Prometheus error {body.errorType}: {body.error}")
+        if body.data.resultType != "vector":
+            raise CollectionError(f"expected a vector result, got {body.data.resultType}")
+        try:
+            items = [_Result.model_validate(item) for item in body.data.result or ()]
+        except (ValidationError, TypeError) as exc:
+            raise CollectionError(f"malformed vector in the Prometheus response: {exc}") from exc
+        samples: list[Sample] = []
+        for item in items:
+            if item.value is None:
+                continue
+            ts, raw = item.value
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            samples.append(Sample(labels=item.metric, value=value, timestamp=float(ts)))
+        return samples
+
+
+class _Retryable(Exception):
+    pass
+
+
+# --- the collector --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetrics:
+    """Load and latency of one model in one namespace (all replicas of all its variants together)."""
+
+    model: str
+    namespace: str
+    newest_sample: float  # unix time of the newest success-counter sample
+    completion_rate: float  # requests/s finished (what WVA calls the arrival rate)
+    arrival_rate: float  # requests/s of demand: completions plus queue growth and backlog
+    avg_input_tokens: float
+    avg_output_tokens: float
+    ttft_ms: float
+    itl_ms: float
+    waiting: float
+
+
+MetricsState = Literal["ok", "missing", "stale"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    state: MetricsState
+    metrics: ModelMetrics | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """One cycle's metrics for every model and namespace that has them."""
+
+    taken_at: float
+    staleness_seconds: float
+    by_key: Mapping[ModelKey, ModelMetrics]
+    queries: int
+
+    def lookup(self, model: str, namespace: str) -> Lookup:
+        """The metrics of ``model`` in ``namespace``; like WVA, fall back to series with no namespace."""
+        found = self.by_key.get((model, namespace)) or self.by_key.get((model, ""))
+        if found is None:
+            return Lookup(
+                "missing",
+                None,
+                f"no vllm:request_success_total series for model_name={model!r} in namespace {namespace!r}",
+            )
+        age = self.taken_at - found.newest_sample
+        if age > self.staleness_seconds:
+            return Lookup(
+                "stale",
+                found,
+                f"newest vLLM sample for model_name={model!r} is {age:.0f}s old "
+                f"(limit {self.staleness_seconds:.0f}s)",
+            )
+        return Lookup("ok", found, "vLLM metrics are available and up to date")
+
+
+def demand_rate(
+    completion_rate: float, waiting: float, waiting_growth: float, window_seconds: float, drain_seconds: float
+) -> float:
+    """Requests/s of demand.
+
+    Completions under-read demand when the server is saturated: the excess waits. Demand is the
+    completion rate plus the rate at which the waiting queue grew over the window, plus the rate needed
+    to drain the queue that is already there within ``drain_seconds``.
+    """
+    growth = max(0.0, fix_value(waiting_growth)) / window_seconds
+    backlog = max(0.0, fix_value(waiting)) / drain_seconds
+    return max(0.0, fix_value(completion_rate)) + growth + backlog
+
+
+def _by_key(samples: list[Sample]) -> dict[ModelKey, float]:
+    out: dict[ModelKey, float] = {}
+    for s in samples:
+        model = s.labels.get(LABEL_MODEL)
+        if model is None:
+            continue
+        out[(model, s.labels.get(LABEL_NAMESPACE, ""))] = s.value
+    return out
+
+
+class Collector:
+    """Runs the cycle's fixed query set concurrently and groups the results by model and namespace."""
+
+    def __init__(self, client: PrometheusClient) -> None:
+        self.client = client
+
+    async def collect(
+        self,
+        *,
+        now: float,
+        window_seconds: float = 60.0,
+        staleness_seconds: float = 120.0,
+        drain_seconds: float = 300.0,
+    ) -> MetricsSnapshot:
+        queries = build_queries(window_seconds)
+        names = list(queries)
+        results = await asyncio.gather(
+            *(self.client.query(queries[name], at=now) for name in names), return_exceptions=True
+        )
+        values: dict[str, dict[ModelKey, float]] = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, CollectionError):
+                raise result
+            if isinstance(result, BaseException):
+                raise CollectionError(f"Prometheus query {name!r} failed: {result}") from result
+            values[name] = _by_key(result)
+        by_key: dict[ModelKey, ModelMetrics] = {}
+        for key, newest in values["newest"].items():
+
+            def get(name: str, _key: ModelKey = key) -> float:
+                return fix_value(values[name].get(_key, 0.0))
+
+            completion = get("completion_rate")
+            by_key[key] = ModelMetrics(
+                model=key[0],
+                namespace=key[1],
+                newest_sample=newest if math.isfinite(newest) else 0.0,
+                completion_rate=completion,
+                arrival_rate=demand_rate(
+                    completion, get("waiting"), get("waiting_growth"), window_seconds, drain_seconds
+                ),
+                avg_input_tokens=get("avg_input_tokens"),
+                avg_output_tokens=get("avg_output_tokens"),
+                ttft_ms=get("ttft_seconds") * 1000.0,
+                itl_ms=get("itl_seconds") * 1000.0,
+                waiting=get("waiting"),
+            )
+        return MetricsSnapshot(
+            taken_at=now, staleness_seconds=staleness_seconds, by_key=by_key, queries=len(names)
+        )

@@ -1,0 +1,245 @@
+"""The main ConfigMap (``workload-variant-autoscaler-variantautoscaling-config``) in WVA's format.
+
+WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go duration) and
+``WVA_SCALE_TO_ZERO``. Ours are optional and default to WVA's behaviour:
+
+========================================  ===========================================================
+``OPTIMIZER_MODE``                        ``unlimited`` (WVA; GPU inventory ignored) or ``limited``
+``SATURATION_POLICY``                     limited mode, when GPUs run out: ``None``,
+                                          ``PriorityExhaustive``, ``PriorityRoundRobin``, ``RoundRobin``
+``DEFAULT_ACTUATION_MODE``                ``metrics`` (WVA), ``patch`` or ``shadow``
+``SCALE_DOWN_STABILIZATION_WINDOW``       default scale-down window (duration); unset: 5m in patch and
+                                          shadow modes, 0 in metrics mode (the HPA stabilises)
+``METRICS_WINDOW``                        PromQL rate window (default ``1m``, WVA's)
+``METRICS_STALENESS``                     newest sample older than this means stale (default ``2m``)
+``QUEUE_DRAIN_TIME``                      time allowed to drain a waiting queue when estimating
+                                          demand (default ``5m``)
+``PENDING_REPLICAS_TIMEOUT``              how long new replicas may stay unready before the operator
+                                          adds more anyway (default ``10m``)
+``BATCH_STABLE_CYCLES``                   cycles a new batch size must persist before patch mode
+                                          applies it (default ``3``)
+========================================  ===========================================================
+
+Parsing is pure: :func:`parse_main_config` takes the ConfigMap's ``data`` and the environment overrides
+(read once by :mod:`variant_autoscaler.settings`) and raises :class:`ConfigError` on a bad value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+from variant_autoscaler.api.v1alpha1 import ACTUATION_MODES, ActuationMode
+from variant_autoscaler.errors import ConfigError
+
+OptimizerMode = Literal["unlimited", "limited"]
+SaturationPolicy = Literal["None", "PriorityExhaustive", "PriorityRoundRobin", "RoundRobin"]
+
+DEFAULT_INTERVAL_SECONDS = 60.0
+DEFAULT_PATCH_STABILIZATION_SECONDS = 300.0
+
+# The Prometheus keys, in WVA's spelling. When the environment sets PROMETHEUS_BASE_URL, every Prometheus
+# setting comes from the environment and none from the ConfigMap (WVA's rule).
+PROMETHEUS_KEYS: tuple[str, ...] = (
+    "PROMETHEUS_BASE_URL",
+    "PROMETHEUS_TLS_INSECURE_SKIP_VERIFY",
+    "PROMETHEUS_CA_CERT_PATH",
+    "PROMETHEUS_CLIENT_CERT_PATH",
+    "PROMETHEUS_CLIENT_KEY_PATH",
+    "PROMETHEUS_SERVER_NAME",
+    "PROMETHEUS_BEARER_TOKEN",
+    "PROMETHEUS_TOKEN_PATH",
+)
+
+_UNITS: dict[str, float] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,  # Go accepts both micro signs
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go duration (``"90s"``, ``"1m30s"``, ``"1.5h"``, ``"250ms"``) into seconds.
+
+    A bare number is taken as seconds (a lenient superset of Go's ``time.ParseDuration``).
+    """
+    raw = text.strip()
+    if not raw:
+        raise ConfigError("empty duration")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ConfigError(f"duration {text!r} must be a finite number >= 0")
+        return seconds
+    sign = 1.0
+    body = raw
+    if body[0] in "+-":
+        sign = -1.0 if body[0] == "-" else 1.0
+        body = body[1:]
+    total = 0.0
+    pos = 0
+    while pos < len(body):
+        match = _DURATION_PART.match(body, pos)
+        if match is None:
+            raise ConfigError(f"invalid duration {text!r} (expected e.g. 60s, 1m30s, 500ms)")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise ConfigError(f"invalid duration {text!r}")
+    total *= sign
+    if total < 0:
+        raise ConfigError(f"duration {text!r} must not be negative")
+    return total
+
+
+class PrometheusConfig(BaseModel):
+    """How to reach Prometheus. Certificate verification is on unless explicitly skipped."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str = ""
+    insecure_skip_verify: bool = False
+    ca_cert_path: str | None = None
+    client_cert_path: str | None = None
+    client_key_path: str | None = None
+    server_name: str | None = None
+    bearer_token: str | None = None
+    token_path: str | None = None
+
+    @classmethod
+    def from_keys(cls, data: Mapping[str, str]) -> PrometheusConfig:
+        def opt(key: str) -> str | None:
+            value = data.get(key, "").strip()
+            return value or None
+
+        base_url = data.get("PROMETHEUS_BASE_URL", "").strip().rstrip("/")
+        if base_url and not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"PROMETHEUS_BASE_URL {base_url!r} must start with https:// or http://")
+        cert, key = opt("PROMETHEUS_CLIENT_CERT_PATH"), opt("PROMETHEUS_CLIENT_KEY_PATH")
+        if (cert is None) != (key is None):
+            raise ConfigError(
+                "PROMETHEUS_CLIENT_CERT_PATH and PROMETHEUS_CLIENT_KEY_PATH must be set together"
+            )
+        return cls(
+            base_url=base_url,
+            # WVA's rule: only the exact string "true" skips verification.
+            insecure_skip_verify=data.get("PROMETHEUS_TLS_INSECURE_SKIP_VERIFY", "").strip() == "true",
+            ca_cert_path=opt("PROMETHEUS_CA_CERT_PATH"),
+            client_cert_path=cert,
+            client_key_path=key,
+            server_name=opt("PROMETHEUS_SERVER_NAME"),
+            bearer_token=opt("PROMETHEUS_BEARER_TOKEN"),
+            token_path=opt("PROMETHEUS_TOKEN_PATH"),
+        )
+
+
+class MainConfig(BaseModel):
+    """The parsed main ConfigMap; times in seconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prometheus: PrometheusConfig = PrometheusConfig()
+    interval_seconds: float = DEFAULT_INTERVAL_SECONDS
+    scale_to_zero: bool = False
+    optimizer_mode: OptimizerMode = "unlimited"
+    saturation_policy: SaturationPolicy = "None"
+    default_actuation_mode: ActuationMode = "metrics"
+    scale_down_stabilization_seconds: float | None = None
+    metrics_window_seconds: float = 60.0
+    metrics_staleness_seconds: float = 120.0
+    queue_drain_seconds: float = 300.0
+    pending_timeout_seconds: float = 600.0
+    batch_stable_cycles: int = 3
+
+    @property
+    def min_replicas_default(self) -> int:
+        """WVA's minimum: 0 with scale-to-zero, else 1."""
+        return 0 if self.scale_to_zero else 1
+
+    def stabilization_for(self, mode: ActuationMode) -> float:
+        """The default scale-down window for a variant in ``mode`` (its spec may override it)."""
+        if self.scale_down_stabilization_seconds is not None:
+            return self.scale_down_stabilization_seconds
+        return 0.0 if mode == "metrics" else DEFAULT_PATCH_STABILIZATION_SECONDS
+
+
+def _choice(data: Mapping[str, str], key: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = data.get(key, "").strip()
+    if not raw:
+        return default
+    for option in allowed:
+        if raw.lower() == option.lower():
+            return option
+    raise ConfigError(f"{key}={raw!r} is not one of {', '.join(allowed)}")
+
+
+def _duration(data: Mapping[str, str], key: str, default: float, *, positive: bool = False) -> float:
+    raw = data.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse_duration(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if positive and value <= 0:
+        raise ConfigError(f"{key}={raw!r} must be greater than zero")
+    return value
+
+
+def parse_main_config(
+    data: Mapping[str, str] | None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> MainConfig:
+    """Parse the main ConfigMap's ``data``; ``env`` holds WVA-compatible environment overrides.
+
+    ``env`` may carry the ``PROMETHEUS_*`` keys (all taken from it when it sets ``PROMETHEUS_BASE_URL``,
+    as WVA does) and ``WVA_SCALE_TO_ZERO`` (used when the ConfigMap does not set the key, so that a
+    ConfigMap edit always takes effect without a restart).
+    """
+    cm: Mapping[str, str] = data or {}
+    env = env or {}
+    if env.get("PROMETHEUS_BASE_URL", "").strip():
+        prometheus = PrometheusConfig.from_keys(env)
+    else:
+        prometheus = PrometheusConfig.from_keys(cm)
+    scale_to_zero_raw = cm.get("WVA_SCALE_TO_ZERO", env.get("WVA_SCALE_TO_ZERO", "false"))
+
+    cycles_raw = cm.get("BATCH_STABLE_CYCLES", "").strip()
+    try:
+        batch_stable_cycles = int(cycles_raw) if cycles_raw else 3
+    except ValueError:
+        raise ConfigError(f"BATCH_STABLE_CYCLES={cycles_raw!r} is not an integer") from None
+    if batch_stable_cycles < 1:
+        raise ConfigError(f"BATCH_STABLE_CYCLES={cycles_raw!r} must be at least 1")
+
+    stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
+    return MainConfig(
+        prometheus=prometheus,
+        interval_seconds=_duration(cm, "GLOBAL_OPT_INTERVAL", DEFAULT_INTERVAL_SECONDS, positive=True),
+        scale_to_zero=scale_to_zero_raw.strip() == "true",
+        optimizer_mode=_choice(cm, "OPTIMIZER_MODE", get_args(OptimizerMode), "unlimited"),  # type: ignore[arg-type]
+        saturation_policy=_choice(cm, "SATURATION_POLICY", get_args(SaturationPolicy), "None"),  # type: ignore[arg-type]
+        default_actuation_mode=_choice(cm, "DEFAULT_ACTUATION_MODE", ACTUATION_MODES, "metrics"),  # type: ignore[arg-type]
+        scale_down_stabilization_seconds=(
+            _duration(cm, "SCALE_DOWN_STABILIZATION_WINDOW", 0.0) if stabilization_raw else None
+        ),
+        metrics_window_seconds=_duration(cm, "METRICS_WINDOW", 60.0, positive=True),
+        metrics_staleness_seconds=_duration(cm, "METRICS_STALENESS", 120.0, positive=True),
+        queue_drain_seconds=_duration(cm, "QUEUE_DRAIN_TIME", 300.0, positive=True),
+        pending_timeout_seconds=_duration(cm, "PENDING_REPLICAS_TIMEOUT", 600.0),
+        batch_stable_cycles=batch_stable_cycles,
+    )

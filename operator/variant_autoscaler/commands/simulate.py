@@ -1,0 +1,141 @@
+"""``variant-autoscaler simulate``: run autoscaling policies over a simulated cluster and compare them.
+
+Examples::
+
+    variant-autoscaler simulate --scenario diurnal
+    variant-autoscaler simulate -f my-cluster.yaml --policies ours,wva,oracle -o report.json --plots out/
+    variant-autoscaler simulate --dump-scenario scarce > my-cluster.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from variant_autoscaler.errors import ConfigError
+
+__all__ = ["format_table", "register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    from variant_autoscaler.sim.runner import POLICY_NAMES
+    from variant_autoscaler.sim.scenarios import BUNDLED
+
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="compare autoscaling policies on a simulated cluster (cost, SLO attainment)",
+        description=(
+            "Discrete-event simulation of a cluster (models, variants, accelerators with an inventory, "
+            "replicas running the emulator's continuous-batching engine, start-up delays, failures) under "
+            "each policy; prints cost and SLO attainment, writes a JSON report and PNG plots."
+        ),
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("-f", "--file", type=Path, help="scenario file (YAML or JSON)")
+    src.add_argument("--scenario", choices=BUNDLED, help="a bundled scenario")
+    src.add_argument("--list-scenarios", action="store_true", help="list the bundled scenarios and exit")
+    src.add_argument("--dump-scenario", choices=BUNDLED, metavar="NAME", help="print a bundled scenario file")
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICY_NAMES),
+        help=f"comma-separated policies to run (default: all of {', '.join(POLICY_NAMES)})",
+    )
+    p.add_argument("--duration", help="override the scenario's duration (seconds, or e.g. 30m, 2h)")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("-o", "--output", type=Path, help="write the JSON report here")
+    p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
+    p.add_argument("--no-timeseries", action="store_true", help="leave the time series out of the report")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout format")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="run policies in this many processes")
+    p.add_argument("--hpa-waiting-threshold", type=float, default=5.0, help="waiting requests per pod")
+    p.add_argument("--hpa-kv-threshold", type=float, default=0.5, help="KV-cache usage per pod (0-1)")
+    p.set_defaults(func=run)
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text summary of a report: one line per policy."""
+    header = (
+        f"{'policy':<12} {'cost':>9} {'GPU-h':>7} {'in SLO':>7} {'TTFT ok':>7} {'ITL ok':>7} "
+        f"{'minor':>6} {'severe':>6} {'dropped':>7} {'TTFT p50/p99 ms':>17} {'ITL p50/p99 ms':>15} "
+        f"{'actions':>7} {'sim-s/cpu-s':>11}"
+    )
+    lines = [f"scenario {report['scenario']['name']}: {report['scenario']['requests']} requests", header]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:6.2f}%"
+
+    def pair(a: float | None, b: float | None) -> str:
+        fa = "-" if a is None else f"{a:.0f}"
+        fb = "-" if b is None else f"{b:.0f}"
+        return f"{fa}/{fb}"
+
+    for name, s in report["policies"].items():
+        lat = s["latency_ms"]
+        tiers = s["tiers"]
+        speed = s["sim"]["simulated_s_per_cpu_s"]
+        lines.append(
+            f"{name:<12} {s['cost']:>9.1f} {sum(s['gpu_hours'].values()):>7.1f} {pct(s['attainment']):>7} "
+            f"{pct(s['ttft_attainment']):>7} {pct(s['itl_attainment']):>7} {pct(tiers['minor']):>6} "
+            f"{pct(tiers['severe']):>6} {pct(tiers['dropped']):>7} "
+            f"{pair(lat['ttft_p50'], lat['ttft_p99']):>17} {pair(lat['itl_p50'], lat['itl_p99']):>15} "
+            f"{s['scaling_actions']['total']:>7} {speed if speed is not None else '-':>11}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from variant_autoscaler.sim.config import load_scenario, parse_duration
+    from variant_autoscaler.sim.report import build_report, write_report
+    from variant_autoscaler.sim.runner import PolicyOptions, run_policies
+    from variant_autoscaler.sim.scenarios import BUNDLED, bundled_text, load_bundled
+
+    if args.list_scenarios:
+        for name in BUNDLED:
+            scenario = load_bundled(name)
+            print(f"{name:<14} {scenario.description}")
+        return 0
+    if args.dump_scenario:
+        sys.stdout.write(bundled_text(args.dump_scenario))
+        return 0
+    if args.file is None and args.scenario is None:
+        raise ConfigError("give a scenario: -f FILE or --scenario NAME (see --list-scenarios)")
+    scenario = load_scenario(args.file) if args.file is not None else load_bundled(args.scenario)
+    if args.duration is not None:
+        try:
+            scenario = replace(scenario, duration_s=parse_duration(args.duration))
+        except ValueError as exc:
+            raise ConfigError(f"--duration: {exc}") from None
+    if args.seed is not None:
+        scenario = replace(scenario, seed=args.seed)
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    options = PolicyOptions(
+        hpa_waiting_threshold=args.hpa_waiting_threshold, hpa_kv_threshold=args.hpa_kv_threshold
+    )
+    results = run_policies(scenario, names, jobs=args.jobs, options=options)
+    report = build_report(results, with_timeseries=not args.no_timeseries or args.plots is not None)
+    if args.plots is not None:
+        from variant_autoscaler.sim.plots import plot_report
+
+        for path in plot_report(report, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.no_timeseries:
+        for entry in report["policies"].values():
+            entry.pop("timeseries", None)
+    if args.output is not None:
+        print(f"wrote {write_report(report, args.output)}", file=sys.stderr)
+    if args.format == "json":
+        slim = {
+            **report,
+            "policies": {
+                name: {k: v for k, v in entry.items() if k != "timeseries"}
+                for name, entry in report["policies"].items()
+            },
+        }
+        print(json.dumps(slim, indent=2))
+    else:
+        print(format_table(report))
+    return 0

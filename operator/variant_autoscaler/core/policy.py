@@ -1,0 +1,187 @@
+"""Replica policy applied to the optimizer's decision before it is actuated.
+
+Pure: every input, including the time (``now``) and the history that must survive restarts (kept in
+the VariantAutoscaling status by the caller), is passed in; the result says what to do and why.
+
+Order of the rules (each one explains itself in ``PolicyDecision.reason``):
+
+1. **Missing, stale or failing metrics, or no decision from the optimizer** — hold: keep the previous
+   decision, and never go below the replicas running now (nothing scales down on missing data).
+2. **Bounds** — clamp the recommendation into ``[min_replicas, max_replicas]``.
+3. **Scale-down stabilisation** — a scale-down goes only as low as the highest recommendation within
+   the window (the HorizontalPodAutoscaler's rule), never above the current count.
+4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
+   until ``pending_timeout_seconds`` after the last scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from variant_autoscaler.errors import ModelError
+
+MAX_HISTORY = 64  # the CRD caps status.recommendations at 64 entries
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One replica recommendation (after bounds), remembered for scale-down stabilisation."""
+
+    time: datetime
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInput:
+    now: datetime
+    # The optimizer's replicas for the variant, or None when it produced none (infeasible, failed, skipped).
+    optimized_replicas: int | None
+    optimized_reason: str
+    # False when metrics are missing, stale or Prometheus failed; metrics_reason says which.
+    metrics_ok: bool
+    metrics_reason: str
+    # The scale target now: spec replicas and ready replicas (None when unknown / no target).
+    current_replicas: int | None
+    ready_replicas: int | None
+    # The previous decision (from status.desiredOptimizedAlloc), if any.
+    last_desired: int | None
+    min_replicas: int
+    max_replicas: int | None
+    stabilization_seconds: float
+    history: tuple[Recommendation, ...] = ()
+    last_scale_time: datetime | None = None
+    pending_timeout_seconds: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    replicas: int
+    reason: str
+    # True when the decision is a hold (rule 1): the previous decision was kept.
+    held: bool
+    history: tuple[Recommendation, ...]
+    # Rules that changed the optimizer's number: "hold", "min", "max", "stabilization", "pending".
+    limited_by: tuple[str, ...] = field(default=())
+
+
+def _clamp(value: int, low: int, high: int | None) -> tuple[int, str | None]:
+    if value < low:
+        return low, "min"
+    if high is not None and value > high:
+        return high, "max"
+    return value, None
+
+
+def _prune(history: tuple[Recommendation, ...], now: datetime, window: float) -> tuple[Recommendation, ...]:
+    if window <= 0:
+        return ()
+    horizon = now - timedelta(seconds=window)
+    kept = tuple(r for r in history if horizon <= r.time <= now)
+    return kept[-MAX_HISTORY:]
+
+
+def apply_policy(inp: PolicyInput) -> PolicyDecision:
+    """Turn the optimizer's recommendation into the replicas to actuate, with the reason."""
+    if inp.min_replicas < 0:
+        raise ModelError(f"min_replicas must be >= 0, got {inp.min_replicas}")
+    if inp.max_replicas is not None and inp.max_replicas < max(inp.min_replicas, 1):
+        raise ModelError(f"max_replicas {inp.max_replicas} is below min_replicas {inp.min_replicas}")
+    if inp.stabilization_seconds < 0:
+        raise ModelError("stabilization_seconds must be >= 0")
+
+    history = _prune(inp.history, inp.now, inp.stabilization_seconds)
+
+    # Rule 1: hold on missing data.
+    if not inp.metrics_ok or inp.optimized_replicas is None:
+        why = inp.metrics_reason if not inp.metrics_ok else inp.optimized_reason
+        base = inp.last_desired
+        if base is None:
+            base = inp.current_replicas if inp.current_replicas is not None else inp.min_replicas
+        if inp.current_replicas is not None and base < inp.current_replicas:
+            base = inp.current_replicas
+        replicas, bound = _clamp(base, inp.min_replicas, inp.max_replicas)
+        reason = f"holding {replicas} replicas, no scale-down: {why}"
+        limited: tuple[str, ...] = ("hold",)
+        if bound is not None:
+            reason += f" (clamped to {bound}Replicas)"
+            limited += (bound,)
+        return PolicyDecision(
+            replicas=replicas, reason=reason, held=True, history=history, limited_by=limited
+        )
+
+    if inp.optimized_replicas < 0:
+        raise ModelError(f"optimized_replicas must be >= 0, got {inp.optimized_replicas}")
+
+    # Rule 2: bounds.
+    recommended, bound = _clamp(inp.optimized_replicas, inp.min_replicas, inp.max_replicas)
+    reasons = [inp.optimized_reason] if inp.optimized_reason else []
+    limited = ()
+    if bound is not None:
+        limit = inp.min_replicas if bound == "min" else inp.max_replicas
+        reasons.append(f"{inp.optimized_replicas} clamped to {bound}Replicas={limit}")
+        limited += (bound,)
+    if inp.stabilization_seconds > 0:
+        history = (*history, Recommendation(time=inp.now, replicas=recommended))[-MAX_HISTORY:]
+    desired = recommended
+    current = inp.current_replicas
+
+    # Rule 3: scale-down stabilisation.
+    if current is not None and desired < current and history:
+        highest = max(r.replicas for r in history)
+        stabilized = min(max(desired, highest), current)
+        if stabilized > desired:
+            reasons.append(
+                f"scale-down to {desired} deferred by the {inp.stabilization_seconds:g}s stabilization "
+                f"window (highest recent recommendation {highest})"
+            )
+            desired = stabilized
+            limited += ("stabilization",)
+
+    # Rule 4: pending replicas.
+    if (
+        current is not None
+        and desired > current
+        and inp.ready_replicas is not None
+        and inp.ready_replicas < current
+    ):
+        within_timeout = inp.last_scale_time is None or (
+            (inp.now - inp.last_scale_time).total_seconds() < inp.pending_timeout_seconds
+        )
+        if within_timeout:
+            reasons.append(
+                f"scale-up to {desired} waits: {current - inp.ready_replicas} of {current} replicas "
+                "are still starting"
+            )
+            desired = current
+            limited += ("pending",)
+
+    return PolicyDecision(
+        replicas=desired,
+        reason="; ".join(reasons) if reasons else f"{desired} replicas",
+        held=False,
+        history=history,
+        limited_by=limited,
+    )
+
+
+def batch_stable_cycles(previous_batch: int | None, previous_cycles: int, batch: int | None) -> int:
+    """Consecutive cycles the chosen batch size has stayed the same, counting this one."""
+    if batch is None:
+        return 0
+    if previous_batch is not None and previous_batch == batch:
+        return previous_cycles + 1
+    return 1
+
+
+def should_apply_batch(
+    *, enabled: bool, current_batch: int | None, batch: int | None, stable_cycles: int, required_cycles: int
+) -> bool:
+    """Patch mode changes ``--max-num-seqs`` only when enabled, different, and stable long enough."""
+    return (
+        enabled
+        and batch is not None
+        and batch > 0
+        and batch != current_batch
+        and stable_cycles >= required_cycles
+    )

@@ -1,0 +1,279 @@
+"""Pure builders of the VariantAutoscaling status and its conditions.
+
+The result of :func:`build_status` is the JSON body of ``.status`` in the CRD's shape (WVA's fields,
+formatted as WVA formats them, plus ours). Keys the operator owns but has no value for are present with
+``None``, so that a JSON merge patch removes stale values. Conditions follow
+``meta.SetStatusCondition``: the transition time changes only when the status flips.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from variant_autoscaler.core.policy import Recommendation
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+# Condition types: WVA's two, and ours.
+METRICS_AVAILABLE = "MetricsAvailable"
+OPTIMIZATION_READY = "OptimizationReady"
+ACTUATED = "Actuated"
+
+# MetricsAvailable reasons (WVA's).
+REASON_METRICS_FOUND = "MetricsFound"
+REASON_METRICS_MISSING = "MetricsMissing"
+REASON_METRICS_STALE = "MetricsStale"
+REASON_PROMETHEUS_ERROR = "PrometheusError"
+
+# OptimizationReady reasons (WVA's three, then ours).
+REASON_OPTIMIZATION_SUCCEEDED = "OptimizationSucceeded"
+REASON_OPTIMIZATION_FAILED = "OptimizationFailed"
+REASON_METRICS_UNAVAILABLE = "MetricsUnavailable"
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_CONFIGURATION_INVALID = "ConfigurationInvalid"
+REASON_TARGET_NOT_FOUND = "TargetNotFound"
+
+# Actuated reasons (ours).
+REASON_METRICS_EMITTED = "MetricsEmitted"
+REASON_SCALED = "Scaled"
+REASON_UNCHANGED = "Unchanged"
+REASON_SHADOW = "ShadowMode"
+REASON_CONFLICTING_CONTROLLER = "ConflictingController"
+REASON_SCALE_FAILED = "ScaleFailed"
+REASON_NOT_ACTUATED = "NotActuated"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    observed_generation: int | None = None
+    last_transition_time: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message[:32768],
+            "lastTransitionTime": format_time(self.last_transition_time or datetime.fromtimestamp(0, UTC)),
+        }
+        if self.observed_generation is not None:
+            out["observedGeneration"] = self.observed_generation
+        return out
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: object) -> datetime | None:
+    """Parse an RFC 3339 timestamp from a status; None when absent or malformed."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_decimal(value: float | None) -> str:
+    """WVA's ``%.2f`` status strings; NaN, infinities and negatives (never valid here) become 0.00."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return "0.00"
+    return f"{value:.2f}"
+
+
+def conditions_from_json(raw: object) -> tuple[Condition, ...]:
+    """Read ``status.conditions`` back; malformed entries are dropped."""
+    if not isinstance(raw, list):
+        return ()
+    out: list[Condition] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            continue
+        type_, status = item.get("type"), item.get("status")
+        if not isinstance(type_, str) or status not in ("True", "False", "Unknown"):
+            continue
+        generation = item.get("observedGeneration")
+        out.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=str(item.get("reason") or "Unknown"),
+                message=str(item.get("message") or ""),
+                observed_generation=generation if isinstance(generation, int) else None,
+                last_transition_time=parse_time(item.get("lastTransitionTime")),
+            )
+        )
+    return tuple(out)
+
+
+def set_condition(conditions: Sequence[Condition], new: Condition, now: datetime) -> tuple[Condition, ...]:
+    """Insert or update ``new`` by type; keep the old transition time unless the status changed."""
+    out: list[Condition] = []
+    found = False
+    for cond in conditions:
+        if cond.type != new.type:
+            out.append(cond)
+            continue
+        found = True
+        if cond.status == new.status and cond.last_transition_time is not None:
+            out.append(replace(new, last_transition_time=cond.last_transition_time))
+        else:
+            out.append(replace(new, last_transition_time=new.last_transition_time or now))
+    if not found:
+        out.append(replace(new, last_transition_time=new.last_transition_time or now))
+    return tuple(out)
+
+
+def merge_conditions(
+    previous: Sequence[Condition], updates: Iterable[Condition], now: datetime
+) -> tuple[Condition, ...]:
+    result = tuple(previous)
+    for update in updates:
+        result = set_condition(result, update, now)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentView:
+    """What runs now and what was observed (latencies in ms, arrival rate in requests per minute)."""
+
+    accelerator: str
+    replicas: int
+    max_batch: int
+    cost: float
+    itl_ms: float
+    ttft_ms: float
+    arrival_rate_rpm: float
+    avg_input_tokens: float
+    avg_output_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredView:
+    """The decision after policy (predictions in ms, None when there is no prediction)."""
+
+    accelerator: str
+    replicas: int
+    last_run_time: datetime
+    max_batch: int | None = None
+    reason: str | None = None
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActuationView:
+    applied: bool
+    mode: str
+    last_scale_time: datetime | None = None
+    max_batch_stable_cycles: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusInputs:
+    now: datetime
+    generation: int | None
+    previous_conditions: tuple[Condition, ...]
+    condition_updates: tuple[Condition, ...]
+    current: CurrentView | None = None
+    desired: DesiredView | None = None
+    actuation: ActuationView | None = None
+    recommendations: tuple[Recommendation, ...] = ()
+    last_metrics_time: datetime | None = None
+
+
+def current_alloc_json(view: CurrentView) -> dict[str, Any]:
+    return {
+        "accelerator": view.accelerator,
+        "numReplicas": max(view.replicas, 0),
+        "maxBatch": max(view.max_batch, 0),
+        "variantCost": format_decimal(view.cost),
+        "itlAverage": format_decimal(view.itl_ms),
+        "ttftAverage": format_decimal(view.ttft_ms),
+        "load": {
+            "arrivalRate": format_decimal(view.arrival_rate_rpm),
+            "avgInputTokens": format_decimal(view.avg_input_tokens),
+            "avgOutputTokens": format_decimal(view.avg_output_tokens),
+        },
+    }
+
+
+def desired_alloc_json(view: DesiredView) -> dict[str, Any]:
+    return {
+        "lastRunTime": format_time(view.last_run_time),
+        "accelerator": view.accelerator,
+        "numReplicas": max(view.replicas, 0),
+        "maxBatch": view.max_batch if view.max_batch is not None and view.max_batch >= 0 else None,
+        "reason": view.reason,
+        "ttftAverage": format_decimal(view.ttft_ms) if view.ttft_ms is not None else None,
+        "itlAverage": format_decimal(view.itl_ms) if view.itl_ms is not None else None,
+        "variantCost": format_decimal(view.cost) if view.cost is not None else None,
+    }
+
+
+def build_status(inp: StatusInputs) -> dict[str, Any]:
+    """The complete ``.status`` body (``None`` marks owned keys to clear in a merge patch)."""
+    updates = tuple(replace(c, observed_generation=inp.generation) for c in inp.condition_updates)
+    conditions = merge_conditions(inp.previous_conditions, updates, inp.now)
+    actuation: dict[str, Any] | None = None
+    if inp.actuation is not None:
+        actuation = {
+            "applied": inp.actuation.applied,
+            "mode": inp.actuation.mode,
+            "lastScaleTime": (
+                format_time(inp.actuation.last_scale_time) if inp.actuation.last_scale_time else None
+            ),
+            "maxBatchStableCycles": inp.actuation.max_batch_stable_cycles,
+        }
+    return {
+        "currentAlloc": current_alloc_json(inp.current) if inp.current is not None else None,
+        "desiredOptimizedAlloc": desired_alloc_json(inp.desired) if inp.desired is not None else None,
+        "actuation": actuation,
+        "recommendations": [
+            {"time": format_time(r.time), "numReplicas": r.replicas} for r in inp.recommendations
+        ]
+        or None,
+        "lastMetricsTime": format_time(inp.last_metrics_time) if inp.last_metrics_time else None,
+        "observedGeneration": inp.generation,
+        "conditions": [c.to_json() for c in conditions],
+    }
+
+
+def recommendations_from_json(raw: object) -> tuple[Recommendation, ...]:
+    """Read ``status.recommendations`` back; malformed entries are dropped."""
+    if not isinstance(raw, list):
+        return ()
+    out: list[Recommendation] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            continue
+        when = parse_time(item.get("time"))
+        replicas = item.get("numReplicas")
+        if when is not None and isinstance(replicas, int) and replicas >= 0:
+            out.append(Recommendation(time=when, replicas=replicas))
+    return tuple(out)
+
+
+def strip_nulls(value: Any) -> Any:
+    """The status as stored after a merge patch: ``None`` values removed, recursively."""
+    if isinstance(value, Mapping):
+        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [strip_nulls(v) for v in value]
+    return value

@@ -1,0 +1,123 @@
+"""kopf wiring — the only module that imports kopf. Every handler parses, delegates, maps errors.
+
+* ``startup`` tunes kopf and starts the :class:`~variant_autoscaler.engine.Runtime` (clients, metrics
+  endpoint, leader election, ConfigMap watch, and the one engine task), kept in ``memo``;
+  ``cleanup`` stops it (and gives up the leader Lease).
+* Two indices keep the VariantAutoscalings and the nodes' GPU facts in memory; the engine reads them.
+* Two event handlers tell the engine about changes; they write nothing, so kopf keeps no annotations
+  or finalizers on the objects.
+* The liveness probe reports the last completed cycle and fails when cycles stop completing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from variant_autoscaler.adapters.inventory import NodeGPUs, node_gpus
+from variant_autoscaler.api.v1alpha1 import GROUP, PLURAL, VERSION
+from variant_autoscaler.engine import Runtime
+from variant_autoscaler.errors import VariantAutoscalerError
+from variant_autoscaler.settings import Settings
+
+_KOPF_PREFIX = "kopf.llmd.ai"
+
+
+def _tune(settings: kopf.OperatorSettings, cfg: Settings) -> None:
+    """All kopf tuning in one place."""
+    # State kopf might keep on objects lives under our group (our handlers need none: no finalizer).
+    settings.persistence.finalizer = f"{GROUP}/variant-autoscaler"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=_KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=_KOPF_PREFIX, key="last-handled-configuration"
+    )
+    # We post our own Events (decision changes, refusals); kopf's per-log-line Events would be noise.
+    settings.posting.enabled = False
+    # No CRD or namespace scanning: it would need cluster-wide RBAC on CRDs and namespaces.
+    settings.scanning.disabled = True
+    # Re-establish watches regularly so a silently dead connection cannot stall the indices.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = cfg.kube_timeout_seconds
+
+
+def _values(index: kopf.Index[Any, Any]) -> Iterable[Any]:
+    for store in list(index.values()):
+        yield from list(store)
+
+
+@kopf.on.startup()
+async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    cfg = memo.get("settings") or Settings()
+    _tune(settings, cfg)
+    # The indices defined below, injected by kopf under their function names.
+    vas: kopf.Index[tuple[str, str], Mapping[str, Any]] = kwargs["va_index"]
+    nodes: kopf.Index[str, NodeGPUs] = kwargs["node_index"]
+    try:
+        memo.runtime = await Runtime.start(cfg, vas=lambda: _values(vas), nodes=lambda: _values(nodes))
+    except VariantAutoscalerError as exc:
+        raise kopf.PermanentError(f"cannot start: {exc}") from exc
+
+
+@kopf.on.cleanup()
+async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is not None:
+        await runtime.stop()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def va_index(
+    *, namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(namespace or "", name): Runtime.slim(body)}
+
+
+@kopf.index("", "v1", "nodes")
+def node_index(*, name: str, body: kopf.Body, **_: Any) -> dict[str, NodeGPUs]:
+    return {name: node_gpus(body)}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def va_event(*, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.runtime.engine.notify_va(type, body)
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_event(*, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.runtime.engine.notify_node(type, body)
+
+
+@kopf.on.probe(id="cycle")
+def cycle_probe(*, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    try:
+        health: dict[str, Any] = memo.runtime.engine.health()
+    except VariantAutoscalerError as exc:
+        raise kopf.PermanentError(str(exc)) from exc
+    return health
+
+
+def run_operator(cfg: Settings) -> None:
+    """Run the operator in this process until SIGTERM/SIGINT (what ``variant-autoscaler run`` calls)."""
+    kopf.configure(
+        debug=cfg.log_level == "debug",
+        quiet=cfg.log_level in ("warning", "error"),
+        log_format=kopf.LogFormat.JSON if cfg.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    if cfg.log_level == "error":
+        logging.getLogger().setLevel(logging.ERROR)
+    if cfg.log_level != "debug":
+        # One line per HTTP request, and one per watch event ("Handler ... succeeded"), are debug noise.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    kopf.run(
+        standalone=True,  # one active replica is ensured by our Lease, not by kopf's peering CRDs
+        clusterwide=cfg.clusterwide,
+        namespaces=cfg.namespaces,
+        liveness_endpoint=f"http://{cfg.health_host}:{cfg.health_port}/healthz",
+        memo=kopf.Memo(settings=cfg),
+    )

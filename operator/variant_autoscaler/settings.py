@@ -1,0 +1,142 @@
+"""The one settings object of the operator process.
+
+:class:`Settings` holds what is fixed for the life of a process: where the ConfigMaps live, ports,
+leader election, logging and client tuning. It reads ``WVA_``-prefixed environment variables when it
+is *constructed* (in ``variant-autoscaler run``), never at import. Decision-relevant knobs that an admin
+may change at runtime live in the main ConfigMap instead (:mod:`variant_autoscaler.api.config`).
+
+For drop-in compatibility with WVA's Deployment, the unprefixed ``PROMETHEUS_*`` variables and
+``WVA_SCALE_TO_ZERO`` are accepted too; :meth:`Settings.config_env` hands them to the ConfigMap parser,
+which applies WVA's precedence rules.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from variant_autoscaler.api.config import PROMETHEUS_KEYS
+
+WVA_NAMESPACE = "workload-variant-autoscaler-system"
+WVA_CONFIG_MAP = "workload-variant-autoscaler-variantautoscaling-config"
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Process settings; every field can be set as ``WVA_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="WVA_", extra="ignore", frozen=True)
+
+    # Scope: the namespaces whose VariantAutoscalings are served; empty means cluster-wide.
+    namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # Where the three ConfigMaps live (WVA hard-codes its namespace; ours is configurable).
+    operator_namespace: str = Field(
+        default=WVA_NAMESPACE,
+        validation_alias=AliasChoices("WVA_OPERATOR_NAMESPACE", "POD_NAMESPACE"),
+    )
+    config_map_name: str = WVA_CONFIG_MAP
+    accelerator_costs_config_map: str = "accelerator-unit-costs"
+    service_classes_config_map: str = "service-classes-config"
+
+    # Our metrics endpoint (WVA's inferno_* gauges and the operator's own metrics) and the liveness probe.
+    metrics_host: str = "0.0.0.0"  # a pod listens on its pod IP
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    health_host: str = "0.0.0.0"
+    health_port: int = Field(default=8081, ge=0, le=65535)
+    # The probe fails when no cycle has completed for this long; 0 means 3 intervals + 60 s.
+    liveness_max_cycle_age_seconds: float = Field(default=0.0, ge=0)
+
+    # One active replica: a coordination.k8s.io Lease in the operator namespace.
+    leader_election: bool = True
+    lease_name: str = "variant-autoscaler-leader"
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+    identity: str = Field(default_factory=_default_identity)
+
+    # The cycle: wait this long after a change before running, to coalesce bursts of events.
+    debounce_seconds: float = Field(default=2.0, ge=0)
+    # Concurrent Kubernetes API writes within one cycle.
+    kube_concurrency: int = Field(default=16, ge=1)
+    kube_timeout_seconds: float = Field(default=30.0, gt=0)
+    status_conflict_retries: int = Field(default=5, ge=0)
+
+    prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
+    prometheus_retries: int = Field(default=2, ge=0)
+
+    log_format: Literal["json", "plain"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", validation_alias=AliasChoices("WVA_LOG_LEVEL", "LOG_LEVEL")
+    )
+
+    # WVA-compatible environment overrides (unprefixed names, as WVA's Deployment sets them).
+    prometheus_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("WVA_PROMETHEUS_BASE_URL", "PROMETHEUS_BASE_URL")
+    )
+    prometheus_tls_insecure_skip_verify: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_TLS_INSECURE_SKIP_VERIFY")
+    )
+    prometheus_ca_cert_path: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_CA_CERT_PATH")
+    )
+    prometheus_client_cert_path: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_CLIENT_CERT_PATH")
+    )
+    prometheus_client_key_path: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_CLIENT_KEY_PATH")
+    )
+    prometheus_server_name: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_SERVER_NAME")
+    )
+    prometheus_bearer_token: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_BEARER_TOKEN")
+    )
+    prometheus_token_path: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_TOKEN_PATH")
+    )
+    scale_to_zero: str | None = Field(default=None, validation_alias=AliasChoices("WVA_SCALE_TO_ZERO"))
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+    @property
+    def config_map_names(self) -> tuple[str, str, str]:
+        return (self.config_map_name, self.accelerator_costs_config_map, self.service_classes_config_map)
+
+    def config_env(self) -> dict[str, str]:
+        """The WVA-compatible overrides, keyed by WVA's names, for :func:`parse_main_config`."""
+        values = {
+            "PROMETHEUS_BASE_URL": self.prometheus_base_url,
+            "PROMETHEUS_TLS_INSECURE_SKIP_VERIFY": self.prometheus_tls_insecure_skip_verify,
+            "PROMETHEUS_CA_CERT_PATH": self.prometheus_ca_cert_path,
+            "PROMETHEUS_CLIENT_CERT_PATH": self.prometheus_client_cert_path,
+            "PROMETHEUS_CLIENT_KEY_PATH": self.prometheus_client_key_path,
+            "PROMETHEUS_SERVER_NAME": self.prometheus_server_name,
+            "PROMETHEUS_BEARER_TOKEN": self.prometheus_bearer_token,
+            "PROMETHEUS_TOKEN_PATH": self.prometheus_token_path,
+            "WVA_SCALE_TO_ZERO": self.scale_to_zero,
+        }
+        assert set(PROMETHEUS_KEYS) <= set(values)
+        return {key: value for key, value in values.items() if value is not None}
+
+    def max_cycle_age(self, interval_seconds: float) -> float:
+        """How old the last completed cycle may be before the liveness probe fails."""
+        if self.liveness_max_cycle_age_seconds > 0:
+            return self.liveness_max_cycle_age_seconds
+        return 3 * interval_seconds + 60.0

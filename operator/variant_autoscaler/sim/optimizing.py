@@ -1,0 +1,540 @@
+"""Policies that decide with the operator's optimizer: WVA, ours, the hindsight oracle, static peak.
+
+They share the operator's planning seam (:class:`variant_autoscaler.engine.Planner`): each decision
+builds the same :class:`~variant_autoscaler.engine.PlanRequest` the operator builds from the cluster —
+VariantAutoscaling objects, the ``accelerator-unit-costs`` and ``service-classes-config`` data, the
+main ConfigMap and (limited mode) the GPU inventory — so the simulator exercises the real code path.
+
+* **WVA** (wva.md): every 60 s, unlimited mode, each VA keeps its accelerator, ``minReplicas`` 1, the
+  load is ``rate(vllm:request_success_total[1m])`` of the VA's *model* (WVA selects series by
+  ``model_name``, so two VAs of one model both see the model's whole load), batch = the profile's
+  ``maxBatchSize``. An HPA with no stabilisation applies the number as it comes.
+* **ours**: every ``interval_s``, limited mode over the healthy inventory, priorities and saturation
+  policy, load = the operator collector's demand (completions plus the waiting queue's growth and
+  backlog), variants of one model share its load (``shareModelLoad``), then the operator's replica
+  policy (:func:`variant_autoscaler.core.policy.apply_policy`: bounds, scale-down stabilisation,
+  no scale-up while earlier replicas are still starting), as in patch mode.
+* **oracle**: every ``interval_s``, limited mode fed with the *actual* load of the coming interval
+  (the requests that will arrive in it), replicas ready at once; no stabilisation. The cheapest
+  allocation that the model says meets the SLO with perfect foresight: the lower bound on cost.
+* **static**: the oracle's planner once, at each model's peak 5-minute load, held all run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import yaml
+
+from variant_autoscaler.api.config import MainConfig, parse_main_config
+from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
+from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy
+from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.policies import Policy
+from variant_autoscaler.sim.scenario import Scenario, Variant
+from variant_autoscaler.sim.traffic import Arrivals
+
+if TYPE_CHECKING:
+    from variant_autoscaler.engine import Planner, PlanOutcome
+
+__all__ = [
+    "NAMESPACE",
+    "OptimizerPolicy",
+    "OraclePolicy",
+    "PlanInputs",
+    "ours_policy",
+    "peak_allocation",
+    "wva_policy",
+]
+
+NAMESPACE = "sim"
+EPOCH = datetime(2025, 1, 1, tzinfo=UTC)  # simulated t = 0 as a wall-clock time for the replica policy
+PEAK_WINDOW_S = 300.0
+
+LoadSource = Literal["wva", "ours"]
+
+
+def _at(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """The cluster as the operator reads it: VAs, the two ConfigMaps' data and the main config."""
+
+    vas: Mapping[str, VariantAutoscaling]  # by variant name
+    accelerator_costs: Mapping[str, str]
+    service_classes: Mapping[str, str]
+    config: MainConfig
+
+
+def plan_inputs(
+    scenario: Scenario,
+    *,
+    mode: Literal["unlimited", "limited"],
+    share_load: bool,
+    wva_bounds: bool,
+    saturation_policy: str = "PriorityExhaustive",
+    slo_scale: float = 1.0,
+) -> PlanInputs:
+    """Build the VariantAutoscalings and ConfigMap data of a scenario.
+
+    Each VA lists only its own accelerator's profile: a variant is a Deployment on one accelerator
+    type, so it keeps its accelerator; a model changes accelerator by shifting load between its
+    variants (``shareModelLoad``). With ``wva_bounds`` the VAs carry no min/max (WVA's minimum 1).
+    ``slo_scale < 1`` plans against tighter SLOs than the ones requests are judged by (headroom).
+    """
+    if not 0 < slo_scale <= 1:
+        raise ConfigError("slo_scale must be in (0, 1]")
+    models = scenario.model_by_id
+    vas: dict[str, VariantAutoscaling] = {}
+    for var in scenario.variants:
+        model = models[var.model]
+        prof = model.profile(var.accelerator)
+        spec: dict[str, object] = {
+            "modelID": model.model_id,
+            "sloClassRef": {"name": "service-classes-config", "key": f"{model.service_class}.yaml"},
+            "modelProfile": {
+                "accelerators": [
+                    {
+                        "acc": prof.accelerator,
+                        "accCount": prof.acc_count,
+                        "maxBatchSize": prof.max_batch_size,
+                        "perfParms": {
+                            "decodeParms": {"alpha": repr(prof.alpha), "beta": repr(prof.beta)},
+                            "prefillParms": {"gamma": repr(prof.gamma), "delta": repr(prof.delta)},
+                        },
+                    }
+                ]
+            },
+        }
+        if not wva_bounds:
+            spec["minReplicas"] = var.min_replicas
+            if var.max_replicas is not None:
+                spec["maxReplicas"] = var.max_replicas
+        if share_load and model.share_load:
+            spec["shareModelLoad"] = True
+        vas[var.name] = VariantAutoscaling.model_validate(
+            {
+                "metadata": {
+                    "name": var.name,
+                    "namespace": NAMESPACE,
+                    "labels": {ACCELERATOR_LABEL: var.accelerator},
+                },
+                "spec": spec,
+            }
+        )
+    costs = {
+        a.name: json.dumps({"device": a.device, "cost": f"{a.unit_cost:.2f}"}) for a in scenario.accelerators
+    }
+    classes: dict[str, str] = {}
+    for cls in scenario.classes:
+        entries = [
+            {
+                "model": m.model_id,
+                "slo-tpot": _int_ms(m.slo_itl_ms, slo_scale),
+                "slo-ttft": _int_ms(m.slo_ttft_ms, slo_scale),
+            }
+            for m in scenario.models
+            if m.service_class == cls.name
+        ]
+        classes[f"{cls.name}.yaml"] = yaml.safe_dump(
+            {"name": cls.name, "priority": cls.priority, "data": entries}, sort_keys=False
+        )
+    config = parse_main_config(
+        {
+            "OPTIMIZER_MODE": mode,
+            "SATURATION_POLICY": saturation_policy,
+            "WVA_SCALE_TO_ZERO": "false",
+            "DEFAULT_ACTUATION_MODE": "metrics" if wva_bounds else "patch",
+        }
+    )
+    return PlanInputs(vas=vas, accelerator_costs=costs, service_classes=classes, config=config)
+
+
+def _int_ms(value: float, scale: float) -> int:
+    # WVA's service-class SLOs are integers (ms); a fractional value would fail its YAML decoding.
+    if value != int(value):
+        raise ConfigError(f"SLO {value} ms is not a whole number of ms, as WVA's service classes need")
+    return max(1, math.floor(value * scale))
+
+
+def default_planner() -> Planner:
+    """The operator's planner (the optimizer behind the engine's planning seam)."""
+    from variant_autoscaler import engine
+
+    factory: Callable[[], Planner] | None = getattr(engine, "default_planner", None)
+    if factory is None:
+        raise ConfigError(
+            "the operator's planner (variant_autoscaler.engine.default_planner) is not available"
+        )
+    return factory()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoad:
+    rpm: float
+    avg_input_tokens: float
+    avg_output_tokens: float
+
+
+def observed_loads(
+    obs: Observation, scenario: Scenario, source: LoadSource, drain_s: float
+) -> dict[str, ModelLoad]:
+    """Per model, the load a collector grouped by ``model_name`` reads from the scrapes.
+
+    ``wva``: the completion rate (WVA's "arrival rate"). ``ours``: the operator collector's demand,
+    completions plus the waiting queue's growth over the window plus its backlog over ``drain_s``.
+    Token means are completion-weighted over the model's variants.
+    """
+    from variant_autoscaler.adapters.prometheus import demand_rate
+
+    window = scenario.settings.rate_window_s
+    by_model: dict[str, list[VariantView]] = {}
+    for view in obs.variants.values():
+        by_model.setdefault(view.model, []).append(view)
+    loads: dict[str, ModelLoad] = {}
+    for model, views in sorted(by_model.items()):
+        success = sum(v.success_rpm for v in views)
+        tokens_in = sum(v.success_rpm * (v.avg_input_tokens or 0.0) for v in views)
+        tokens_out = sum(v.success_rpm * (v.avg_output_tokens or 0.0) for v in views)
+        avg_in = tokens_in / success if success > 0 else 0.0
+        avg_out = tokens_out / success if success > 0 else 0.0
+        if source == "ours":
+            rps = demand_rate(
+                success / 60.0,
+                sum(v.waiting for v in views),
+                sum(v.waiting_growth for v in views),
+                window,
+                drain_s,
+            )
+            rpm = rps * 60.0
+        else:
+            rpm = success
+        loads[model] = ModelLoad(rpm=rpm, avg_input_tokens=avg_in, avg_output_tokens=avg_out)
+    return loads
+
+
+def future_loads(arrivals: Mapping[str, Arrivals], start: float, end: float) -> dict[str, ModelLoad]:
+    """Per model, the load that will actually arrive in ``[start, end)``."""
+    loads: dict[str, ModelLoad] = {}
+    span = end - start
+    for model, arr in sorted(arrivals.items()):
+        win = arr.window(start, end)
+        n = len(win)
+        loads[model] = ModelLoad(
+            rpm=n * 60.0 / span,
+            avg_input_tokens=float(np.mean(win.input_tokens)) if n else 0.0,
+            avg_output_tokens=float(np.mean(win.output_tokens)) if n else 0.0,
+        )
+    return loads
+
+
+@dataclass(slots=True)
+class _VariantState:
+    """What the operator keeps in a VA's status between cycles."""
+
+    history: tuple[Recommendation, ...] = ()
+    last_desired: int | None = None
+    last_scale_time: datetime | None = None
+
+
+class OptimizerPolicy(Policy):
+    """Decide with the operator's planner (see the module doc for WVA and ours)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        name: str,
+        interval_s: float,
+        mode: Literal["unlimited", "limited"],
+        load_source: LoadSource,
+        share_load: bool,
+        replica_policy: bool,
+        wva_bounds: bool,
+        planner: Planner | None = None,
+        stabilization_s: float | None = None,
+        pending_timeout_s: float | None = None,
+        slo_scale: float = 1.0,
+    ) -> None:
+        if not interval_s > 0:
+            raise ConfigError("a decision interval must be > 0")
+        self.name = name
+        self.interval_s = interval_s
+        self.scenario = scenario
+        self.inputs = plan_inputs(
+            scenario, mode=mode, share_load=share_load, wva_bounds=wva_bounds, slo_scale=slo_scale
+        )
+        self.mode = mode
+        self.load_source = load_source
+        self.replica_policy = replica_policy
+        self._planner = planner
+        cfg = self.inputs.config
+        self.stabilization_s = (
+            stabilization_s if stabilization_s is not None else cfg.stabilization_for("patch")
+        )
+        self.pending_timeout_s = (
+            pending_timeout_s if pending_timeout_s is not None else cfg.pending_timeout_seconds
+        )
+        self._state: dict[str, _VariantState] = {v.name: _VariantState() for v in scenario.variants}
+        self.last_outcome: PlanOutcome | None = None
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = default_planner()
+        return self._planner
+
+    def plan(
+        self, loads: Mapping[str, ModelLoad], current: Mapping[str, int], capacity: Mapping[str, int]
+    ) -> PlanOutcome:
+        """One planning call, as the operator makes it."""
+        from variant_autoscaler.engine import ObservedLoad, PlannedVariant, PlanRequest
+
+        planned: list[PlannedVariant] = []
+        cfg = self.inputs.config
+        for var in self.scenario.variants:
+            va = self.inputs.vas[var.name]
+            load = loads[var.model]
+            low = va.spec.min_replicas if va.spec.min_replicas is not None else cfg.min_replicas_default
+            share = va.spec.share_model_load
+            planned.append(
+                PlannedVariant(
+                    key=(NAMESPACE, var.name),
+                    va=va,
+                    accelerator=var.accelerator,
+                    current_replicas=current[var.name],
+                    current_max_batch=None,
+                    load=ObservedLoad(load.rpm, load.avg_input_tokens, load.avg_output_tokens),
+                    min_replicas=low,
+                    max_replicas=va.spec.max_replicas,
+                    share_group=f"{NAMESPACE}/{var.model}" if share else None,
+                )
+            )
+        request = PlanRequest(
+            variants=tuple(planned),
+            accelerator_costs=self.inputs.accelerator_costs,
+            service_classes=self.inputs.service_classes,
+            service_classes_name="service-classes-config",
+            config=cfg,
+            capacity=self._capacity_by_device(capacity) if self.mode == "limited" else None,
+        )
+        outcome = self.planner.plan(request)
+        self.last_outcome = outcome
+        return outcome
+
+    def _capacity_by_device(self, capacity: Mapping[str, int]) -> dict[str, int]:
+        device = {a.name: a.device for a in self.scenario.accelerators}
+        out: dict[str, int] = {}
+        for acc, units in capacity.items():
+            out[device[acc]] = out.get(device[acc], 0) + units
+        return out
+
+    def decide(self, obs: Observation) -> Mapping[str, Action]:
+        cfg = self.inputs.config
+        loads = observed_loads(obs, self.scenario, self.load_source, cfg.queue_drain_seconds)
+        # A model's series exist while some pod of it is scraped (WVA's availability check; the
+        # operator's staleness check); with none, the variant is skipped (WVA) or held (ours).
+        metrics_ok = {
+            model: any(v.metrics_ok and v.ready > 0 for v in obs.variants.values() if v.model == model)
+            for model in loads
+        }
+        current = {name: view.desired for name, view in obs.variants.items()}
+        outcome = self.plan(loads, current, obs.capacity)
+        actions: dict[str, Action] = {}
+        for var in self.scenario.variants:
+            view = obs.variants[var.name]
+            plan = outcome.decisions.get((NAMESPACE, var.name))
+            if not self.replica_policy:
+                # WVA: the VA is skipped when its metrics are missing; an HPA applies the rest as is.
+                if plan is not None and metrics_ok[var.model] and plan.replicas != view.desired:
+                    actions[var.name] = Action(replicas=plan.replicas)
+                continue
+            desired = self._apply_replica_policy(
+                var=var,
+                view=view,
+                optimized=plan.replicas if plan else None,
+                now=obs.now,
+                metrics_ok=metrics_ok[var.model],
+                failure=outcome.failures.get((NAMESPACE, var.name)),
+            )
+            if desired != view.desired:
+                actions[var.name] = Action(replicas=desired)
+        return actions
+
+    def _apply_replica_policy(
+        self,
+        *,
+        var: Variant,
+        view: VariantView,
+        optimized: int | None,
+        now: float,
+        metrics_ok: bool,
+        failure: str | None,
+    ) -> int:
+        state = self._state[var.name]
+        va = self.inputs.vas[var.name]
+        low = (
+            va.spec.min_replicas
+            if va.spec.min_replicas is not None
+            else self.inputs.config.min_replicas_default
+        )
+        decision = apply_policy(
+            PolicyInput(
+                now=_at(now),
+                optimized_replicas=optimized,
+                optimized_reason=failure or "",
+                metrics_ok=metrics_ok,
+                metrics_reason="" if metrics_ok else "no vLLM series: no pod of the model is scraped",
+                current_replicas=view.desired,
+                ready_replicas=view.ready,
+                last_desired=state.last_desired,
+                min_replicas=low,
+                max_replicas=va.spec.max_replicas,
+                stabilization_seconds=self.stabilization_s,
+                history=state.history,
+                last_scale_time=state.last_scale_time,
+                pending_timeout_seconds=self.pending_timeout_s,
+            )
+        )
+        state.history = decision.history
+        state.last_desired = decision.replicas
+        if decision.replicas != view.desired:
+            state.last_scale_time = _at(now)
+        return decision.replicas
+
+
+def wva_policy(scenario: Scenario, *, planner: Planner | None = None) -> OptimizerPolicy:
+    """WVA as wva.md describes it (unlimited, keep accelerator, 60 s, completion rate, min 1)."""
+    return OptimizerPolicy(
+        scenario,
+        name="wva",
+        interval_s=60.0,
+        mode="unlimited",
+        load_source="wva",
+        share_load=False,
+        replica_policy=False,
+        wva_bounds=True,
+        planner=planner,
+    )
+
+
+def ours_policy(
+    scenario: Scenario,
+    *,
+    interval_s: float = 60.0,
+    planner: Planner | None = None,
+    slo_scale: float = 1.0,
+    name: str = "ours",
+) -> OptimizerPolicy:
+    """Our operator in patch mode: limited mode, shared model load, demand from the queue, replica policy.
+
+    ``slo_scale < 1`` is an experiment, not the operator's behaviour: plan against SLOs scaled by it.
+    """
+    return OptimizerPolicy(
+        scenario,
+        name=name,
+        slo_scale=slo_scale,
+        interval_s=interval_s,
+        mode="limited",
+        load_source="ours",
+        share_load=True,
+        replica_policy=True,
+        wva_bounds=False,
+        planner=planner,
+    )
+
+
+class OraclePolicy(Policy):
+    """Hindsight: plan each interval for the load that will arrive in it, replicas ready at once."""
+
+    ignores_startup = True
+
+    def __init__(
+        self, scenario: Scenario, *, interval_s: float = 60.0, planner: Planner | None = None
+    ) -> None:
+        self.name = "oracle"
+        self.interval_s = interval_s
+        self._inner = OptimizerPolicy(
+            scenario,
+            name="oracle",
+            interval_s=interval_s,
+            mode="limited",
+            load_source="ours",
+            share_load=True,
+            replica_policy=False,
+            wva_bounds=False,
+            planner=planner,
+        )
+        self.scenario = scenario
+        self._arrivals: Mapping[str, Arrivals] = {}
+        self._current: dict[str, int] = {v.name: v.initial_replicas for v in scenario.variants}
+
+    def _allocation(
+        self, start: float, current: Mapping[str, int], capacity: Mapping[str, int]
+    ) -> dict[str, int]:
+        loads = future_loads(self._arrivals, start, min(start + self.interval_s, self.scenario.duration_s))
+        outcome = self._inner.plan(loads, current, capacity)
+        out: dict[str, int] = {}
+        for var in self.scenario.variants:
+            plan = outcome.decisions.get((NAMESPACE, var.name))
+            out[var.name] = plan.replicas if plan is not None else current[var.name]
+        return out
+
+    def start(self, ctx: PolicyContext) -> Mapping[str, int] | None:
+        self._arrivals = ctx.arrivals
+        return self._allocation(0.0, self._current, ctx.scenario.capacity())
+
+    def decide(self, obs: Observation) -> Mapping[str, Action]:
+        current = {name: view.desired for name, view in obs.variants.items()}
+        if obs.now >= self.scenario.duration_s:
+            return {}
+        target = self._allocation(obs.now, current, obs.capacity)
+        return {name: Action(n) for name, n in target.items() if n != current[name]}
+
+
+def peak_allocation(
+    scenario: Scenario,
+    arrivals: Mapping[str, Arrivals],
+    *,
+    planner: Planner | None = None,
+    window_s: float = PEAK_WINDOW_S,
+) -> dict[str, int]:
+    """Static peak provisioning: the oracle's planner at each model's busiest ``window_s`` load
+    (windows start every ``window_s / 2``)."""
+    loads: dict[str, ModelLoad] = {}
+    for model, arr in arrivals.items():
+        best = ModelLoad(0.0, 0.0, 0.0)
+        start = 0.0
+        while start < scenario.duration_s:
+            end = min(start + window_s, scenario.duration_s)
+            load = future_loads({model: arr}, start, end)[model]
+            if load.rpm > best.rpm:
+                best = load
+            start += window_s / 2.0
+        loads[model] = best
+    inner = OptimizerPolicy(
+        scenario,
+        name="static",
+        interval_s=math.inf,
+        mode="limited",
+        load_source="ours",
+        share_load=True,
+        replica_policy=False,
+        wva_bounds=False,
+        planner=planner,
+    )
+    current = {v.name: v.initial_replicas for v in scenario.variants}
+    outcome = inner.plan(loads, current, scenario.capacity())
+    return {
+        v.name: (plan.replicas if (plan := outcome.decisions.get((NAMESPACE, v.name))) else current[v.name])
+        for v in scenario.variants
+    }

@@ -1,0 +1,172 @@
+"""One simulated replica (an inference server pod): the emulator's continuous-batching engine driven
+by the simulator's virtual clock.
+
+The simulator talks to replicas through :class:`Server`; :func:`engine_server` builds one backed by
+:mod:`vllm_emulator.engine` (the same engine the HTTP emulator runs, without HTTP).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
+
+from variant_autoscaler.sim.scenario import Profile
+from vllm_emulator.engine import Engine, EngineConfig, SeqState
+from vllm_emulator.engine import Profile as EngineProfile
+from vllm_emulator.engine import Sequence as EngineSequence
+
+__all__ = [
+    "DEFAULT_KV_CACHE_TOKENS",
+    "Completion",
+    "EngineServer",
+    "Server",
+    "ServerFactory",
+    "engine_server",
+]
+
+DEFAULT_KV_CACHE_TOKENS = 131_072
+"""KV cache of a replica whose profile does not say (the emulator engine's default)."""
+MAX_MODEL_LEN = 32_768
+"""Longest request (prompt + output) a replica accepts, capped by its KV cache."""
+
+
+class Completion(NamedTuple):
+    rid: int
+    first_token_s: float
+    finish_s: float
+
+
+class Server(Protocol):
+    """A replica as the simulator drives it. Times are simulated seconds; ``now`` never decreases."""
+
+    def submit(self, rid: int, now: float, input_tokens: int, output_tokens: int) -> bool:
+        """Hand a request to the replica at ``now``; False if the replica rejects it (too long)."""
+        ...
+
+    def advance(self, now: float) -> list[Completion]:
+        """Run the replica up to ``now``; return the requests that finished by then."""
+        ...
+
+    def next_event_time(self) -> float:
+        """When something next happens inside the replica (``math.inf`` when idle). The simulator
+        wakes a busy replica at this time or after its tick, whichever is later."""
+        ...
+
+    def expire(self, now: float, arrival: Sequence[float], timeout: float) -> list[int]:
+        """Abort the requests that have produced no token yet and arrived (``arrival[rid]``) at or
+        before ``now - timeout``: their clients have given up. Return their ids."""
+        ...
+
+    def in_flight(self) -> list[int]:
+        """Ids of every request submitted and not finished (running or waiting)."""
+        ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV cache in use (0–1), vLLM's ``kv_cache_usage_perc``."""
+        ...
+
+
+ServerFactory = Callable[[Profile, int, int], Server]
+"""``factory(profile, max_batch, seed) -> Server``."""
+
+
+class EngineServer:
+    """A :class:`Server` backed by :class:`vllm_emulator.engine.Engine`.
+
+    The engine reports every event; this adapter keeps the request ids, turns finished sequences
+    into :class:`Completion` records, and implements client time-outs with the engine's ``abort``.
+    """
+
+    __slots__ = ("_engine", "_fifo", "_live")
+
+    def __init__(self, profile: Profile, max_batch: int, seed: int, start_time: float = 0.0) -> None:
+        kv = profile.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS
+        config = EngineConfig(
+            profile=EngineProfile(
+                alpha=profile.alpha, beta=profile.beta, gamma=profile.gamma, delta=profile.delta
+            ),
+            max_num_seqs=max_batch,
+            kv_cache_tokens=kv,
+            max_model_len=min(MAX_MODEL_LEN, kv),
+            seed=seed,
+        )
+        self._engine = Engine(config, start_time=start_time)
+        self._live: dict[int, EngineSequence] = {}
+        self._fifo: deque[int] = deque()  # submission order, for time-outs
+
+    def submit(self, rid: int, now: float, input_tokens: int, output_tokens: int) -> bool:
+        if input_tokens + output_tokens > self._engine.config.max_model_len:
+            return False
+        self._live[rid] = self._engine.submit(rid, input_tokens, output_tokens, now)
+        self._fifo.append(rid)
+        return True
+
+    def advance(self, now: float) -> list[Completion]:
+        out = self._engine.advance(now)
+        if not out.finished:
+            return []
+        done: list[Completion] = []
+        live = self._live
+        for seq in out.finished:
+            rid = seq.request_id
+            assert isinstance(rid, int)
+            if seq.finish_reason == "abort":
+                continue  # already accounted for by expire()
+            del live[rid]
+            first = seq.first_token_time
+            finish = seq.finish_time
+            assert first is not None and finish is not None
+            done.append(Completion(rid, first, finish))
+        return done
+
+    def next_event_time(self) -> float:
+        when = self._engine.next_event_time()
+        return math.inf if when is None else when
+
+    def expire(self, now: float, arrival: Sequence[float], timeout: float) -> list[int]:
+        cutoff = now - timeout
+        fifo = self._fifo
+        live = self._live
+        expired: list[int] = []
+        # Drop finished ids from the front, then walk the ids that arrived before the cutoff.
+        while fifo and fifo[0] not in live:
+            fifo.popleft()
+        for rid in fifo:  # only the engine and `live` change below, never `fifo`
+            if arrival[rid] > cutoff:
+                break
+            seq = live.get(rid)
+            if seq is None or seq.first_token_time is not None or seq.state is SeqState.FINISHED:
+                continue
+            self._engine.abort(seq, now)
+            del live[rid]
+            expired.append(rid)
+        return expired
+
+    def in_flight(self) -> list[int]:
+        return list(self._live)
+
+    @property
+    def num_running(self) -> int:
+        return self._engine.num_running
+
+    @property
+    def num_waiting(self) -> int:
+        return self._engine.num_waiting
+
+    @property
+    def kv_usage(self) -> float:
+        return self._engine.kv_cache_usage
+
+
+def engine_server(profile: Profile, max_batch: int, seed: int) -> Server:
+    """The default :data:`ServerFactory`: an emulator engine per replica."""
+    return EngineServer(profile, max_batch, seed)

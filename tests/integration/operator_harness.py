@@ -1,0 +1,253 @@
+"""Helpers for the operator's integration tests: install it with deploy/'s RBAC, run it as a process.
+
+The operator runs as ``variant-autoscaler run`` (the image's command) with the ServiceAccount and the
+ClusterRole/Role from ``deploy/rbac`` — never as admin — against the local cluster's real API server and
+Prometheus. Loads come from real ``vllm-loadgen`` processes against real emulator processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from localcluster import LocalCluster, wait_for
+from localcluster.net import free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+OPERATOR_NS = "workload-variant-autoscaler-system"
+SERVICE_ACCOUNT = "variant-autoscaler"
+MAIN_CM = "workload-variant-autoscaler-variantautoscaling-config"
+LEASE = "variant-autoscaler-leader"
+
+#: The emulator's defaults are the A100 profile of WVA's sample VariantAutoscaling.
+EMULATOR = (str(BIN / "vllm-emulator"),)
+
+
+def _yaml(relative: str) -> Any:
+    return yaml.safe_load((ROOT / relative).read_text())
+
+
+def configmaps_for_tests(
+    prometheus_url: str, ca_file: Path | None = None, **overrides: str
+) -> list[dict[str, Any]]:
+    """The shipped ConfigMaps; the main one pointed at the test Prometheus with short test periods."""
+    main = _yaml("deploy/manager/configmap.yaml")
+    main["data"] = {
+        "PROMETHEUS_BASE_URL": prometheus_url,
+        "GLOBAL_OPT_INTERVAL": "2s",
+        "METRICS_WINDOW": "20s",
+        "METRICS_STALENESS": "30s",
+        "QUEUE_DRAIN_TIME": "60s",
+    }
+    if ca_file is not None:
+        main["data"]["PROMETHEUS_CA_CERT_PATH"] = str(ca_file)
+    main["data"].update(overrides)
+    return [
+        main,
+        _yaml("deploy/manager/configmap-accelerator-unitcost.yaml"),
+        _yaml("deploy/manager/configmap-serviceclass.yaml"),
+    ]
+
+
+def install(
+    cluster: LocalCluster, prometheus_url: str, ca_file: Path | None = None, **overrides: str
+) -> Path:
+    """CRD, operator namespace, deploy/rbac and the ConfigMaps; returns the ServiceAccount's kubeconfig."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/variantautoscalings.llmd.ai", "--timeout=60s")
+    cluster.apply(_yaml("deploy/namespace/namespace.yaml"))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "rbac"))
+    cluster.apply(configmaps_for_tests(prometheus_url, ca_file, **overrides))
+    with contextlib.suppress(Exception):  # a Lease left by a killed operator of an earlier test
+        cluster.kubectl("delete", "lease", "-n", OPERATOR_NS, LEASE, "--ignore-not-found")
+    return cluster.write_service_account_kubeconfig(OPERATOR_NS, SERVICE_ACCOUNT)
+
+
+def set_main_config(cluster: LocalCluster, **data: str) -> None:
+    patch = json.dumps({"data": data})
+    cluster.kubectl("patch", "configmap", "-n", OPERATOR_NS, MAIN_CM, "--type=merge", "-p", patch)
+
+
+class OperatorProcess:
+    """``variant-autoscaler run`` as a child process, bound to 127.0.0.1 on free ports."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_dir: Path,
+        *,
+        identity: str = "operator-a",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.identity = identity
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_dir / f"{identity}.log"
+        self.env = {**os.environ, "WVA_DEBOUNCE_SECONDS": "0.5", **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        argv = [
+            str(BIN / "variant-autoscaler"), "run",
+            "--namespace", self.namespace,
+            "--kubeconfig", str(self.kubeconfig),
+            "--operator-namespace", OPERATOR_NS,
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+            "--health-host", "127.0.0.1", "--health-port", str(self.health_port),
+            "--identity", self.identity,
+            "--log-format", "json",
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        wait_for(
+            lambda: self.alive() and self.scrape() is not None, timeout=60, what=f"{self.identity} metrics"
+        )
+        return self
+
+    def alive(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            if self.process is not None and self.process.returncode not in (None, 0, -9, -15):
+                raise AssertionError(
+                    f"{self.identity} exited {self.process.returncode}:\n{self.logs()[-3000:]}"
+                )
+            return False
+        return True
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except (urllib.error.URLError, OSError):
+            return None
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        samples = self.scrape() or {}
+        return samples.get((name, tuple(sorted(labels.items()))))
+
+    def cycles(self) -> float:
+        return self.metric("variant_autoscaler_cycles_total", result="ok") or 0.0
+
+    def health(self) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=15) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait (graceful shutdown: the Lease is released)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup at all, as when a node dies."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@contextlib.contextmanager
+def running(*operators: OperatorProcess) -> Iterator[tuple[OperatorProcess, ...]]:
+    try:
+        for op in operators:
+            op.start()
+        yield operators
+    finally:
+        for op in operators:
+            op.stop()
+
+
+class LoadGenerator:
+    """``vllm-loadgen`` at a constant rate (requests per minute) against the given endpoints."""
+
+    def __init__(
+        self, urls: list[str], model: str, rpm: float, log_dir: Path, *, output_tokens: int = 64
+    ) -> None:
+        self.log_path = log_dir / f"loadgen-{rpm:g}.log"
+        argv = [
+            str(BIN / "vllm-loadgen"),
+            "--url", ",".join(urls),
+            "--model", model,
+            "--rate", f"{rpm:g}",
+            "--duration", "3600",
+            "--arrival", "deterministic",
+            "--input-tokens", "100",
+            "--output-tokens", str(output_tokens),
+            "--seed", "7",
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def va_manifest(namespace: str, name: str = "vllme-deployment", **spec: Any) -> dict[str, Any]:
+    """WVA's sample VariantAutoscaling, moved to ``namespace`` (and renamed), optionally with our fields."""
+    va = _yaml("deploy/samples/variantautoscaling.yaml")
+    va["metadata"]["namespace"] = namespace
+    va["metadata"]["name"] = name
+    va["spec"].update(spec)
+    return dict(va)
+
+
+def get_va(cluster: LocalCluster, namespace: str, name: str = "vllme-deployment") -> dict[str, Any]:
+    out = cluster.kubectl("get", "variantautoscaling", "-n", namespace, name, "-o", "json").stdout
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def conditions(va: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (va.get("status") or {}).get("conditions", [])}
+
+
+def deployment_replicas(cluster: LocalCluster, namespace: str, name: str) -> int:
+    out = cluster.kubectl(
+        "get", "deployment", "-n", namespace, name, "-o", "jsonpath={.spec.replicas}"
+    ).stdout
+    return int(out)
+
+
+def events(cluster: LocalCluster, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    items = json.loads(out)["items"]
+    return [e for e in items if involved is None or e["involvedObject"]["name"] == involved]

@@ -1,0 +1,216 @@
+"""The operator against a real kube-apiserver + etcd (no controllers, no Prometheus): schema validation,
+invalid specs reported in conditions, status conflicts (HTTP 409) retried, probes and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from localcluster import LocalCluster, wait_for
+from localcluster.errors import LocalClusterError
+from operator_harness import (
+    OPERATOR_NS,
+    OperatorProcess,
+    conditions,
+    events,
+    get_va,
+    install,
+    running,
+    va_manifest,
+)
+
+from variant_autoscaler.adapters.events import EventRecorder
+from variant_autoscaler.adapters.exporter import Exporter
+from variant_autoscaler.adapters.kube import KubeClient, load_credentials
+from variant_autoscaler.adapters.lease import AlwaysLeader
+from variant_autoscaler.engine import Engine, WvaPlanner
+from variant_autoscaler.settings import Settings
+
+UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"  # discard port: connection refused
+
+
+@pytest.fixture
+def sa_config(api_cluster: LocalCluster) -> Path:
+    return install(api_cluster, UNREACHABLE_PROMETHEUS)
+
+
+def _deployment(namespace: str, name: str = "vllme-deployment", replicas: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "vllm", "image": "none.invalid/vllm"}]},
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.pop("modelID"), "modelID"),
+        (lambda s: s["modelProfile"]["accelerators"][0].update(accCount=0), "accCount"),
+        (lambda s: s["modelProfile"].update(accelerators=[]), "accelerators"),
+        (lambda s: s.update(actuation={"mode": "yolo"}), "mode"),
+        (lambda s: s.update(minReplicas=5, maxReplicas=2), "minReplicas must not exceed maxReplicas"),
+    ],
+)
+def test_invalid_specs_are_rejected_by_the_api_server(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str, change: Any, message: str
+) -> None:
+    va = va_manifest(namespace)
+    change(va["spec"])
+    with pytest.raises(LocalClusterError, match=message):
+        api_cluster.apply(va)
+
+
+def test_wva_sample_and_our_sample_are_accepted_unchanged(api_cluster: LocalCluster, sa_config: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    api_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm-d-sim"}})
+    out = api_cluster.kubectl("apply", "--dry-run=server", "-f", str(root / "deploy" / "samples")).stdout
+    assert "vllme-deployment" in out and "granite-13b-l40s" in out
+
+
+def test_invalid_variant_and_unreachable_prometheus_are_reported_in_conditions(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str, tmp_path: Path
+) -> None:
+    api_cluster.apply(_deployment(namespace))
+    api_cluster.apply(va_manifest(namespace))
+    bad = va_manifest(namespace, name="bad-parms")
+    bad["spec"]["modelProfile"]["accelerators"][0]["perfParms"]["decodeParms"] = {
+        "alpha": "fast",
+        "beta": "1",
+    }
+    api_cluster.apply(bad)  # schema-valid (strings), but not numbers: reported, never a crash loop
+    operator = OperatorProcess(sa_config, namespace, tmp_path)
+    with running(operator):
+
+        def reported() -> dict[str, Any] | None:
+            va = get_va(api_cluster, namespace, "bad-parms")
+            return va if conditions(va).get("OptimizationReady", {}).get("reason") == "InvalidSpec" else None
+
+        va = wait_for(reported, timeout=60, what="InvalidSpec on bad-parms", interval=0.5)
+        assert "decodeParms.alpha" in conditions(va)["OptimizationReady"]["message"]
+        good = wait_for(
+            lambda: conditions(get_va(api_cluster, namespace)).get("MetricsAvailable"),
+            timeout=60,
+            what="MetricsAvailable on the valid variant",
+            interval=0.5,
+        )
+        assert good["status"] == "False" and good["reason"] == "PrometheusError"
+        status = get_va(api_cluster, namespace)["status"]
+        assert status["desiredOptimizedAlloc"]["numReplicas"] == 1  # held at what runs
+        assert status["currentAlloc"]["numReplicas"] == 1
+        assert operator.health()[0] == 200
+    warnings = [e for e in events(api_cluster, namespace, "bad-parms") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["InvalidSpec"]
+    assert operator.process is not None and operator.process.returncode == 0  # graceful shutdown
+    holder = api_cluster.kubectl(
+        "get",
+        "lease",
+        "-n",
+        OPERATOR_NS,
+        "variant-autoscaler-leader",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ).stdout
+    assert holder == ""  # released on shutdown
+
+
+def test_status_conflict_is_retried_with_a_fresh_read(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str
+) -> None:
+    """A real 409 from the API server: the engine holds a VA read before someone else changed it."""
+    api_cluster.apply(_deployment(namespace))
+    api_cluster.apply(va_manifest(namespace))
+    stale = get_va(api_cluster, namespace)
+    api_cluster.kubectl("annotate", "variantautoscaling", "-n", namespace, "vllme-deployment", "touched=yes")
+    assert (
+        get_va(api_cluster, namespace)["metadata"]["resourceVersion"] != stale["metadata"]["resourceVersion"]
+    )
+
+    async def one_cycle() -> tuple[Any, float]:
+        settings = Settings(operator_namespace=OPERATOR_NS, namespaces=[namespace], leader_election=False)
+        kube = KubeClient(load_credentials(str(sa_config)))
+        exporter = Exporter(is_active=lambda: True)
+        engine = Engine(
+            settings,
+            kube=kube,
+            exporter=exporter,
+            events=EventRecorder(kube, instance="test"),
+            leader=AlwaysLeader(),
+            planner=WvaPlanner(),
+            vas=lambda: [copy.deepcopy(stale)],
+            nodes=lambda: [],
+            clock=lambda: datetime.now(UTC),
+        )
+        try:
+            report = await engine.run_cycle()
+        finally:
+            await engine.aclose()
+            await kube.aclose()
+        conflicts = exporter.registry.get_sample_value("variant_autoscaler_status_conflicts_total")
+        return report, conflicts or 0.0
+
+    report, conflicts = asyncio.run(one_cycle())
+    assert conflicts == 1
+    assert report.outcomes[0].written
+    fresh = get_va(api_cluster, namespace)
+    assert fresh["metadata"]["annotations"]["touched"] == "yes"  # the other writer's change survived
+    assert conditions(fresh)["MetricsAvailable"]["reason"] == "PrometheusError"
+
+
+def test_liveness_probe_reports_cycles(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str, tmp_path: Path
+) -> None:
+    api_cluster.apply(_deployment(namespace))
+    api_cluster.apply(va_manifest(namespace))
+    operator = OperatorProcess(sa_config, namespace, tmp_path)
+    with running(operator):
+        wait_for(lambda: operator.cycles() >= 2, timeout=60, what="two cycles")
+        code, body = operator.health()
+        assert code == 200
+        probe = json.loads(body)["cycle"]
+        assert probe["leader"] is True and probe["cycles"] >= 2
+
+
+@pytest.fixture
+def _no_leftover_lease(api_cluster: LocalCluster) -> Iterator[None]:
+    yield
+    api_cluster.kubectl(
+        "delete", "lease", "-n", OPERATOR_NS, "variant-autoscaler-leader", "--ignore-not-found"
+    )
+
+
+def test_rbac_is_least_privilege(
+    api_cluster: LocalCluster, sa_config: Path, _no_leftover_lease: None
+) -> None:
+    user = "system:serviceaccount:workload-variant-autoscaler-system:variant-autoscaler"
+
+    def can(*args: str) -> bool:
+        result = api_cluster.kubectl("auth", "can-i", f"--as={user}", *args, check=False)
+        return result.stdout.strip() == "yes"
+
+    assert can("patch", "variantautoscalings.llmd.ai/status", "-n", "anywhere")
+    assert can("patch", "deployments.apps/scale", "-n", "anywhere")
+    assert can("watch", "nodes")
+    assert can("get", "configmaps", "-n", OPERATOR_NS)
+    assert can("update", "leases.coordination.k8s.io/variant-autoscaler-leader", "-n", OPERATOR_NS)
+    assert not can("get", "configmaps", "-n", "default")  # only its own namespace's ConfigMaps
+    assert not can("get", "secrets", "-n", OPERATOR_NS)
+    assert not can("delete", "deployments.apps", "-n", "anywhere")
+    assert not can("update", "leases.coordination.k8s.io/someone-elses", "-n", OPERATOR_NS)
+    assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")
+    assert not can("patch", "nodes")

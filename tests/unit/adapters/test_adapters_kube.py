@@ -1,0 +1,212 @@
+"""The Kubernetes client: error mapping, retries, paging, discovery, status patches; target parsing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from variant_autoscaler.adapters.kube import (
+    Credentials,
+    ForbiddenError,
+    InvalidError,
+    KubeClient,
+    NotFoundError,
+    find_max_num_seqs,
+    hpa_targets,
+    selector_matches,
+    target_from_deployment,
+    target_from_scale,
+    with_max_num_seqs,
+)
+from variant_autoscaler.errors import ConflictError, KubeError
+
+
+class Token:
+    api_key: ClassVar[dict[str, str]] = {"BearerToken": "bearer s3cret"}
+    refreshed = 0
+
+    def refresh_api_key_hook(self, _cfg: Any) -> None:
+        Token.refreshed += 1
+
+
+def _client(handler: Any) -> KubeClient:
+    return KubeClient(
+        Credentials(host="https://k8s.test", verify=True, token_source=Token()),
+        transport=httpx.MockTransport(handler),
+        backoff=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (409, ConflictError),
+        (404, NotFoundError),
+        (403, ForbiddenError),
+        (422, InvalidError),
+        (400, KubeError),
+    ],
+)
+async def test_http_errors_map_to_our_errors(code: int, error: type[Exception]) -> None:
+    client = _client(lambda r: httpx.Response(code, json={"kind": "Status", "message": "nope"}))
+    with pytest.raises(error, match="nope"):
+        await client.request("GET", "/api/v1/namespaces/x/configmaps/y")
+
+
+async def test_retries_5xx_and_transport_errors_then_gives_up() -> None:
+    calls = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            raise httpx.ConnectError("reset", request=request)
+        if len(calls) == 2:
+            return httpx.Response(503, json={"message": "etcd leader changed"})
+        return httpx.Response(200, json={"ok": True})
+
+    assert await _client(flaky).request("GET", "/x") == {"ok": True}
+    assert len(calls) == 3
+    always = _client(lambda r: httpx.Response(500, json={"message": "boom"}))
+    with pytest.raises(KubeError, match="HTTP 500"):
+        await always.request("GET", "/x")
+
+
+async def test_auth_header_and_token_refresh() -> None:
+    seen = []
+    client = _client(lambda r: seen.append(r.headers["authorization"]) or httpx.Response(200, json={}))
+    before = Token.refreshed
+    await client.request("GET", "/x")
+    assert seen == ["Bearer s3cret"] and Token.refreshed == before + 1
+
+
+async def test_list_follows_continue_tokens() -> None:
+    def pages(request: httpx.Request) -> httpx.Response:
+        assert request.url.params["limit"] == "500"
+        if request.url.params.get("continue") == "t1":
+            return httpx.Response(200, json={"items": [{"n": 3}], "metadata": {}})
+        return httpx.Response(200, json={"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "t1"}})
+
+    assert [i["n"] for i in await _client(pages).list_deployments("ns")] == [1, 2, 3]
+
+
+async def test_status_patch_is_a_merge_patch_with_resource_version() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "8"}})
+
+    await _client(handler).patch_va_status("ns", "va", {"observedGeneration": 2}, "7")
+    (req,) = seen
+    assert req.method == "PATCH"
+    assert req.url.path == "/apis/llmd.ai/v1alpha1/namespaces/ns/variantautoscalings/va/status"
+    assert req.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(req.content) == {
+        "status": {"observedGeneration": 2},
+        "metadata": {"resourceVersion": "7"},
+    }
+
+
+async def test_discovery_finds_plural_of_any_scalable_kind() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path == "/apis/leaderworkerset.x-k8s.io/v1":
+            return httpx.Response(
+                200,
+                json={
+                    "resources": [
+                        {"name": "leaderworkersets", "kind": "LeaderWorkerSet", "namespaced": True},
+                        {"name": "leaderworkersets/scale", "kind": "Scale", "namespaced": True},
+                    ]
+                },
+            )
+        if request.url.path.endswith("/scale"):
+            assert json.loads(request.content) == {"spec": {"replicas": 3}}
+            return httpx.Response(200, json={"spec": {"replicas": 3}})
+        return httpx.Response(404, json={"message": "no such group"})
+
+    client = _client(handler)
+    await client.patch_scale("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ns", "lws", 3)
+    await client.patch_scale("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "ns", "lws", 3)
+    assert calls.count("/apis/leaderworkerset.x-k8s.io/v1") == 1  # cached
+    assert "/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets/lws/scale" in calls
+    with pytest.raises(NotFoundError):
+        await client.resource_path("example.com/v1", "Widget", "ns")
+
+
+def _deployment(**spec: Any) -> dict[str, Any]:
+    container = {"name": "vllm", "args": ["--model", "m", "--max-num-seqs", "64"]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"spec": {"containers": [{"name": "sidecar"}, container]}},
+            **spec,
+        },
+        "status": {"replicas": 3, "readyReplicas": 2},
+    }
+
+
+def test_target_from_deployment() -> None:
+    t = target_from_deployment(_deployment())
+    assert (t.spec_replicas, t.status_replicas, t.ready_replicas) == (3, 3, 2)
+    assert t.max_num_seqs == 64 and t.container_index == 1 and t.uid == "u1"
+    assert t.controller is None and t.selector == {"matchLabels": {"app": "d"}}
+    owned = _deployment()
+    owned["metadata"]["ownerReferences"] = [{"kind": "InferenceService", "name": "isvc", "controller": True}]
+    assert target_from_deployment(owned).controller == "InferenceService/isvc"
+    unset = _deployment()
+    del unset["spec"]["replicas"]
+    assert target_from_deployment(unset).spec_replicas == 1  # the API default
+
+
+def test_target_from_scale() -> None:
+    t = target_from_scale(
+        "apps/v1",
+        "StatefulSet",
+        {"metadata": {"name": "s", "namespace": "ns", "uid": "u"}, "status": {"readyReplicas": 1}},
+        {"spec": {"replicas": 2}, "status": {"replicas": 2}},
+    )
+    assert (t.kind, t.spec_replicas, t.ready_replicas, t.uid) == ("StatefulSet", 2, 1, "u")
+
+
+@pytest.mark.parametrize(
+    ("args", "value", "updated"),
+    [
+        (["--max-num-seqs", "64"], 64, ["--max-num-seqs", "16"]),
+        (["--max-num-seqs=64", "--x"], 64, ["--max-num-seqs=16", "--x"]),
+        (["--model", "m"], None, ["--model", "m", "--max-num-seqs", "16"]),
+        (["--max-num-seqs", "lots"], None, ["--max-num-seqs", "16"]),
+    ],
+)
+def test_max_num_seqs(args: list[str], value: int | None, updated: list[str]) -> None:
+    assert find_max_num_seqs(args) == value
+    assert with_max_num_seqs(args, 16) == updated
+
+
+def test_hpa_targets_and_selectors() -> None:
+    hpas = [
+        {
+            "metadata": {"name": "h", "namespace": "ns"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}},
+        }
+    ]
+    assert hpa_targets(hpas) == {("ns", "Deployment", "d"): "h"}
+    sel = {
+        "matchLabels": {"app": "d"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}],
+    }
+    assert selector_matches(sel, {"app": "d", "tier": "a"})
+    assert not selector_matches(sel, {"app": "d", "tier": "b"})
+    assert not selector_matches(sel, {"app": "d"})
+    assert not selector_matches({}, {"app": "d"})  # an empty selector is not ours
+    assert selector_matches({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}, {"a": "b"})
+    assert not selector_matches({"matchExpressions": [{"key": "x", "operator": "Exists"}]}, {"a": "b"})

@@ -1,0 +1,202 @@
+"""The collector: a fixed query set per cycle, grouping, missing/stale detection, demand, errors, auth."""
+
+from __future__ import annotations
+
+import json
+import math
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from variant_autoscaler.adapters.prometheus import (
+    QUERIES_PER_CYCLE,
+    Collector,
+    PrometheusClient,
+    build_queries,
+    build_ssl_context,
+    demand_rate,
+)
+from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.errors import CollectionError, ConfigError
+
+NOW = 1_700_000_000.0
+
+
+def _vector(rows: list[tuple[dict[str, str], float]], ts: float = NOW) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [ts, repr(v)]} for m, v in rows]},
+    }
+
+
+class FakePrometheus:
+    """Answers the collector's queries from a table keyed by quantity name."""
+
+    def __init__(self, rows: dict[str, list[tuple[dict[str, str], float]]]) -> None:
+        self.by_query = {q: rows.get(name, []) for name, q in build_queries(60.0).items()}
+        self.seen: list[httpx.Request] = []
+        self.fail_next = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        if self.fail_next:
+            self.fail_next -= 1
+            return httpx.Response(503, text="overloaded")
+        query = request.url.params["query"]
+        if query not in self.by_query:
+            return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "parse"})
+        return httpx.Response(200, json=_vector(self.by_query[query]))
+
+
+def _client(handler: Any, **cfg: Any) -> PrometheusClient:
+    config = PrometheusConfig(base_url="https://prom.test:9090", **cfg)
+    return PrometheusClient(config, transport=httpx.MockTransport(handler), backoff=0.0)
+
+
+A = {"model_name": "llama", "namespace": "team-a"}
+B = {"model_name": "granite", "namespace": "team-b"}
+EMU = {"model_name": "emu"}  # no namespace label (WVA's emulator fallback)
+
+
+async def test_one_query_per_quantity_whatever_the_number_of_models() -> None:
+    rows = {
+        "newest": [(A, NOW - 5), (B, NOW - 5)],
+        "completion_rate": [(A, 2.0), (B, 0.5)],
+        "avg_input_tokens": [(A, 100.0), (B, math.nan)],
+        "avg_output_tokens": [(A, 200.0), (B, 50.0)],
+        "ttft_seconds": [(A, 0.25)],
+        "itl_seconds": [(A, 0.02), (B, math.inf)],
+        "waiting": [(A, 0.0), (B, 0.0)],
+        "waiting_growth": [(A, 0.0)],
+    }
+    fake = FakePrometheus(rows)
+    snap = await Collector(_client(fake)).collect(now=NOW)
+    assert len(fake.seen) == QUERIES_PER_CYCLE == snap.queries == 8
+    a = snap.lookup("llama", "team-a")
+    assert a.state == "ok" and a.metrics is not None
+    assert a.metrics.completion_rate == 2.0 and a.metrics.arrival_rate == 2.0
+    assert (a.metrics.avg_input_tokens, a.metrics.avg_output_tokens) == (100.0, 200.0)
+    assert a.metrics.ttft_ms == pytest.approx(250.0) and a.metrics.itl_ms == pytest.approx(20.0)
+    b = snap.lookup("granite", "team-b").metrics
+    assert (
+        b is not None and b.avg_input_tokens == 0.0 and b.itl_ms == 0.0 and b.ttft_ms == 0.0
+    )  # NaN/Inf -> 0
+    assert all(r.url.params["time"] == f"{NOW:.3f}" for r in fake.seen)
+
+
+async def test_queries_group_by_model_and_namespace() -> None:
+    for name, query in build_queries(60.0).items():
+        assert "by (model_name, namespace)" in query, name
+    assert "[1m]" in build_queries(60.0)["completion_rate"]
+    assert "[90s]" in build_queries(90.0)["completion_rate"]
+    assert "vllm:time_per_output_token_seconds_sum" in build_queries(60.0)["itl_seconds"]
+
+
+async def test_missing_stale_and_namespace_fallback() -> None:
+    rows = {"newest": [(A, NOW - 600), (EMU, NOW - 1)], "completion_rate": [(EMU, 1.0)]}
+    snap = await Collector(_client(FakePrometheus(rows))).collect(now=NOW, staleness_seconds=120)
+    stale = snap.lookup("llama", "team-a")
+    assert stale.state == "stale" and "600s old" in stale.message
+    missing = snap.lookup("mistral", "team-a")
+    assert missing.state == "missing" and missing.metrics is None and "mistral" in missing.message
+    emu = snap.lookup("emu", "anywhere")
+    assert emu.state == "ok" and emu.metrics is not None and emu.metrics.completion_rate == 1.0
+
+
+async def test_overload_demand_exceeds_completions() -> None:
+    rows = {
+        "newest": [(A, NOW)],
+        "completion_rate": [(A, 2.0)],
+        "waiting": [(A, 60.0)],
+        "waiting_growth": [(A, 30.0)],
+    }
+    snap = await Collector(_client(FakePrometheus(rows))).collect(now=NOW, drain_seconds=300)
+    metrics = snap.lookup("llama", "team-a").metrics
+    assert metrics is not None
+    assert metrics.arrival_rate == pytest.approx(2.0 + 30.0 / 60 + 60.0 / 300)
+    assert metrics.completion_rate == 2.0
+
+
+def test_demand_rate_ignores_a_shrinking_queue_and_bad_values() -> None:
+    assert demand_rate(1.0, 0.0, -20.0, 60.0, 300.0) == 1.0
+    assert demand_rate(math.nan, math.nan, math.inf, 60.0, 300.0) == 0.0
+
+
+async def test_errors_become_collection_errors() -> None:
+    def bad_query(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "parse error"})
+
+    with pytest.raises(CollectionError, match="bad_data"):
+        await Collector(_client(bad_query)).collect(now=NOW)
+
+    def not_json(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>proxy</html>")
+
+    with pytest.raises(CollectionError, match="unexpected Prometheus response"):
+        await _client(not_json).query("up")
+
+    def matrix(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    with pytest.raises(CollectionError, match="expected a vector"):
+        await _client(matrix).query("up[1m]")
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(CollectionError, match="after 3 attempts"):
+        await _client(refused).query("up")
+
+
+async def test_bounded_retries_on_server_errors() -> None:
+    fake = FakePrometheus({"newest": [(A, NOW)]})
+    fake.fail_next = 2
+    client = _client(fake)
+    samples = await client.query(build_queries(60.0)["newest"])
+    assert len(samples) == 1 and len(fake.seen) == 3
+    fake.fail_next = 3
+    with pytest.raises(CollectionError, match="HTTP 503"):
+        await client.query(build_queries(60.0)["newest"])
+
+
+async def test_bearer_token_and_token_file(tmp_path: Path) -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200, json=_vector([]))
+
+    await _client(handler, bearer_token="static").query("up")
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    client = _client(handler, token_path=str(token))
+    await client.query("up")
+    token.write_text("second-rotated")
+    import os
+
+    os.utime(token, (NOW + 10, NOW + 10))
+    await client.query("up")
+    await _client(handler).query("up")
+    assert seen == ["Bearer static", "Bearer first", "Bearer second-rotated", None]
+    with pytest.raises(CollectionError, match="token file"):
+        await _client(handler, token_path=str(tmp_path / "absent")).query("up")
+
+
+def test_tls_verification_is_on_unless_skipped(tmp_path: Path) -> None:
+    ctx = build_ssl_context(PrometheusConfig(base_url="https://p"))
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    insecure = build_ssl_context(PrometheusConfig(base_url="https://p", insecure_skip_verify=True))
+    assert insecure.verify_mode == ssl.CERT_NONE
+    with pytest.raises(ConfigError, match="TLS"):
+        build_ssl_context(PrometheusConfig(base_url="https://p", ca_cert_path=str(tmp_path / "missing.crt")))
+    with pytest.raises(ConfigError, match="PROMETHEUS_BASE_URL"):
+        PrometheusClient(PrometheusConfig())
+
+
+def test_response_shape_is_prometheus() -> None:
+    # Guard the fake itself against drifting from Prometheus' API shape.
+    body = _vector([(A, 1.5)])
+    assert json.loads(json.dumps(body))["data"]["result"][0]["value"] == [NOW, "1.5"]

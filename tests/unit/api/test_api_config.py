@@ -1,0 +1,138 @@
+"""The main ConfigMap in WVA's format, our optional keys, and WVA's environment precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_duration, parse_main_config
+from variant_autoscaler.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("60s", 60.0),
+        ("1m30s", 90.0),
+        ("1.5h", 5400.0),
+        ("250ms", 0.25),
+        ("2h45m0.5s", 9900.5),
+        ("300us", 0.0003),
+        ("0", 0.0),
+        ("45", 45.0),  # bare numbers are seconds (lenient)
+        ("+5m", 300.0),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5 m", "1d", "-5s", "m", "1m-3s", "nan"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(text)
+
+
+def test_defaults_are_wva_behaviour() -> None:
+    cfg = parse_main_config(None)
+    assert cfg == MainConfig()
+    assert cfg.interval_seconds == 60.0
+    assert cfg.scale_to_zero is False and cfg.min_replicas_default == 1
+    assert cfg.optimizer_mode == "unlimited"
+    assert cfg.default_actuation_mode == "metrics"
+    assert cfg.metrics_window_seconds == 60.0
+    assert cfg.prometheus.insecure_skip_verify is False
+
+
+def test_shipped_configmap_parses() -> None:
+    cm = yaml.safe_load((ROOT / "deploy" / "manager" / "configmap.yaml").read_text())
+    cfg = parse_main_config(cm["data"])
+    assert cfg.prometheus.base_url.startswith("https://")
+    assert cfg.prometheus.insecure_skip_verify is False
+    assert cfg.prometheus.token_path == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert cfg.interval_seconds == 60.0
+
+
+def test_wva_keys_and_ours() -> None:
+    cfg = parse_main_config(
+        {
+            "PROMETHEUS_BASE_URL": "https://prom.monitoring:9090/",
+            "PROMETHEUS_TLS_INSECURE_SKIP_VERIFY": "true",
+            "PROMETHEUS_CA_CERT_PATH": "/ca.crt",
+            "PROMETHEUS_SERVER_NAME": "prom.internal",
+            "GLOBAL_OPT_INTERVAL": "30s",
+            "WVA_SCALE_TO_ZERO": "true",
+            "OPTIMIZER_MODE": "Limited",
+            "SATURATION_POLICY": "priorityroundrobin",
+            "DEFAULT_ACTUATION_MODE": "patch",
+            "SCALE_DOWN_STABILIZATION_WINDOW": "2m",
+            "METRICS_WINDOW": "2m",
+            "BATCH_STABLE_CYCLES": "5",
+            "GLOBAL_OPT_TRIGGER": "ignored, as in WVA",
+        }
+    )
+    assert cfg.prometheus.base_url == "https://prom.monitoring:9090"
+    assert cfg.prometheus.insecure_skip_verify is True
+    assert cfg.prometheus.server_name == "prom.internal"
+    assert cfg.interval_seconds == 30.0
+    assert cfg.min_replicas_default == 0
+    assert cfg.optimizer_mode == "limited"
+    assert cfg.saturation_policy == "PriorityRoundRobin"
+    assert cfg.default_actuation_mode == "patch"
+    assert cfg.stabilization_for("metrics") == 120.0
+    assert cfg.metrics_window_seconds == 120.0
+    assert cfg.batch_stable_cycles == 5
+
+
+def test_only_exact_true_skips_verification() -> None:
+    for value in ("True", "yes", "1", "false", ""):
+        cfg = parse_main_config({"PROMETHEUS_TLS_INSECURE_SKIP_VERIFY": value})
+        assert cfg.prometheus.insecure_skip_verify is False, value
+
+
+def test_stabilization_defaults_depend_on_mode() -> None:
+    cfg = parse_main_config({})
+    assert cfg.stabilization_for("metrics") == 0.0
+    assert cfg.stabilization_for("patch") == 300.0
+    assert cfg.stabilization_for("shadow") == 300.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("GLOBAL_OPT_INTERVAL", "soon"),
+        ("GLOBAL_OPT_INTERVAL", "0s"),
+        ("OPTIMIZER_MODE", "greedy"),
+        ("DEFAULT_ACTUATION_MODE", "scale"),
+        ("BATCH_STABLE_CYCLES", "0"),
+        ("BATCH_STABLE_CYCLES", "three"),
+        ("PROMETHEUS_BASE_URL", "prometheus:9090"),
+        ("PROMETHEUS_CLIENT_CERT_PATH", "/only-the-cert.pem"),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=key.split("_", maxsplit=1)[0]):
+        parse_main_config({key: value})
+
+
+def test_env_prometheus_url_takes_every_prometheus_key_from_env() -> None:
+    cm = {"PROMETHEUS_BASE_URL": "https://cm:9090", "PROMETHEUS_CA_CERT_PATH": "/cm-ca.crt"}
+    env = {"PROMETHEUS_BASE_URL": "https://env:9090", "PROMETHEUS_TOKEN_PATH": "/token"}
+    cfg = parse_main_config(cm, env=env)
+    assert cfg.prometheus == PrometheusConfig(base_url="https://env:9090", token_path="/token")
+    # Without the env URL, the ConfigMap wins entirely.
+    assert (
+        parse_main_config(cm, env={"PROMETHEUS_TOKEN_PATH": "/token"}).prometheus.ca_cert_path == "/cm-ca.crt"
+    )
+
+
+def test_scale_to_zero_configmap_wins_over_env() -> None:
+    assert parse_main_config({}, env={"WVA_SCALE_TO_ZERO": "true"}).scale_to_zero is True
+    assert (
+        parse_main_config({"WVA_SCALE_TO_ZERO": "false"}, env={"WVA_SCALE_TO_ZERO": "true"}).scale_to_zero
+        is False
+    )

@@ -1,0 +1,171 @@
+"""Replica policy: hold on missing data, bounds, scale-down stabilisation, pending replicas."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from variant_autoscaler.core.policy import (
+    MAX_HISTORY,
+    PolicyInput,
+    Recommendation,
+    apply_policy,
+    batch_stable_cycles,
+    should_apply_batch,
+)
+from variant_autoscaler.errors import ModelError
+
+T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def _inp(**kw: object) -> PolicyInput:
+    base = PolicyInput(
+        now=T0,
+        optimized_replicas=3,
+        optimized_reason="optimal",
+        metrics_ok=True,
+        metrics_reason="",
+        current_replicas=3,
+        ready_replicas=3,
+        last_desired=3,
+        min_replicas=1,
+        max_replicas=None,
+        stabilization_seconds=0.0,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_passes_the_optimizer_through() -> None:
+    d = apply_policy(_inp(optimized_replicas=5))
+    assert (d.replicas, d.held, d.limited_by) == (5, False, ())
+    assert d.reason == "optimal"
+
+
+@pytest.mark.parametrize(
+    ("last", "current", "expected"),
+    [(2, 4, 4), (6, 4, 6), (None, 4, 4), (None, None, 1), (0, 0, 1)],
+)
+def test_missing_metrics_hold_and_never_scale_down(
+    last: int | None, current: int | None, expected: int
+) -> None:
+    d = apply_policy(
+        _inp(
+            metrics_ok=False,
+            metrics_reason="Prometheus unreachable",
+            optimized_replicas=0,
+            last_desired=last,
+            current_replicas=current,
+        )
+    )
+    assert d.held and d.replicas == expected
+    assert "no scale-down" in d.reason and "Prometheus unreachable" in d.reason
+
+
+def test_no_optimizer_output_holds_with_its_reason() -> None:
+    d = apply_policy(_inp(optimized_replicas=None, optimized_reason="infeasible: ITL target", last_desired=2))
+    assert d.held and d.replicas == 3  # current 3 > last 2
+    assert "infeasible: ITL target" in d.reason
+
+
+def test_hold_still_respects_max() -> None:
+    d = apply_policy(_inp(metrics_ok=False, metrics_reason="stale", current_replicas=9, max_replicas=4))
+    assert d.replicas == 4 and "max" in d.limited_by
+
+
+@pytest.mark.parametrize(("optimized", "expected", "bound"), [(0, 2, "min"), (12, 8, "max"), (5, 5, None)])
+def test_bounds(optimized: int, expected: int, bound: str | None) -> None:
+    d = apply_policy(
+        _inp(
+            optimized_replicas=optimized, min_replicas=2, max_replicas=8, current_replicas=5, ready_replicas=5
+        )
+    )
+    assert d.replicas == expected
+    assert (bound in d.limited_by) if bound else d.limited_by == ()
+
+
+def test_scale_to_zero_when_min_is_zero() -> None:
+    d = apply_policy(_inp(optimized_replicas=0, min_replicas=0, current_replicas=1))
+    assert d.replicas == 0
+
+
+def test_stabilization_defers_scale_down_to_the_window_max() -> None:
+    history = (Recommendation(T0 - timedelta(seconds=200), 6), Recommendation(T0 - timedelta(seconds=100), 4))
+    d = apply_policy(
+        _inp(optimized_replicas=2, current_replicas=5, stabilization_seconds=300, history=history)
+    )
+    # Highest recent recommendation is 6, but stabilisation never scales up: stays at current 5.
+    assert d.replicas == 5 and "stabilization" in d.limited_by
+    assert [r.replicas for r in d.history] == [6, 4, 2]
+    later = apply_policy(
+        _inp(
+            optimized_replicas=2,
+            current_replicas=5,
+            stabilization_seconds=300,
+            history=d.history,
+            now=T0 + timedelta(seconds=150),
+        )
+    )
+    assert later.replicas == 4  # the 6 left the window; 4 (at T0-100s) is still in it
+    final = apply_policy(
+        _inp(
+            optimized_replicas=2,
+            current_replicas=4,
+            stabilization_seconds=300,
+            history=later.history,
+            now=T0 + timedelta(seconds=301),
+        )
+    )
+    assert final.replicas == 2 and "stabilization" not in final.limited_by
+
+
+def test_stabilization_does_not_delay_scale_up_and_zero_window_keeps_no_history() -> None:
+    history = (Recommendation(T0 - timedelta(seconds=10), 1),)
+    up = apply_policy(
+        _inp(optimized_replicas=7, current_replicas=3, stabilization_seconds=300, history=history)
+    )
+    assert up.replicas == 7
+    off = apply_policy(
+        _inp(optimized_replicas=1, current_replicas=3, stabilization_seconds=0, history=history)
+    )
+    assert off.replicas == 1 and off.history == ()
+
+
+def test_history_is_bounded() -> None:
+    history = tuple(Recommendation(T0 - timedelta(seconds=i), 3) for i in range(200, 0, -1))
+    d = apply_policy(_inp(stabilization_seconds=3600, history=history))
+    assert len(d.history) == MAX_HISTORY and d.history[-1].time == T0
+
+
+def test_pending_replicas_block_scale_up_until_timeout() -> None:
+    kw = dict(optimized_replicas=6, current_replicas=4, ready_replicas=2, pending_timeout_seconds=600)
+    waiting = apply_policy(_inp(**kw, last_scale_time=T0 - timedelta(seconds=60)))
+    assert waiting.replicas == 4 and "pending" in waiting.limited_by
+    assert "2 of 4 replicas are still starting" in waiting.reason
+    timed_out = apply_policy(_inp(**kw, last_scale_time=T0 - timedelta(seconds=601)))
+    assert timed_out.replicas == 6
+    # Scale-down is never blocked by pending replicas.
+    down = apply_policy(_inp(optimized_replicas=2, current_replicas=4, ready_replicas=1))
+    assert down.replicas == 2
+
+
+def test_bad_inputs_are_errors() -> None:
+    with pytest.raises(ModelError):
+        apply_policy(_inp(min_replicas=-1))
+    with pytest.raises(ModelError):
+        apply_policy(_inp(min_replicas=4, max_replicas=2))
+    with pytest.raises(ModelError):
+        apply_policy(_inp(optimized_replicas=-2))
+
+
+def test_batch_stability() -> None:
+    assert batch_stable_cycles(None, 0, 16) == 1
+    assert batch_stable_cycles(16, 1, 16) == 2
+    assert batch_stable_cycles(16, 5, 32) == 1
+    assert batch_stable_cycles(16, 5, None) == 0
+    kw = dict(enabled=True, current_batch=8, batch=16, required_cycles=3)
+    assert should_apply_batch(**kw, stable_cycles=3)  # type: ignore[arg-type]
+    assert not should_apply_batch(**kw, stable_cycles=2)  # type: ignore[arg-type]
+    assert not should_apply_batch(**{**kw, "enabled": False}, stable_cycles=9)  # type: ignore[arg-type]
+    assert not should_apply_batch(**{**kw, "current_batch": 16}, stable_cycles=9)  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""Status builders: WVA's formatting, condition transitions, merge-patch nulls, round trips."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from variant_autoscaler.core import status as st
+from variant_autoscaler.core.policy import Recommendation
+
+T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (10.5, "10.50"),
+        (0.175 * 60, "10.50"),
+        (500.0, "500.00"),
+        (1 / 3, "0.33"),
+        (math.nan, "0.00"),
+        (math.inf, "0.00"),
+        (-1.0, "0.00"),
+        (None, "0.00"),
+    ],
+)
+def test_format_decimal_is_wva_percent_2f(value: float | None, text: str) -> None:
+    assert st.format_decimal(value) == text
+
+
+def test_time_round_trip() -> None:
+    assert st.format_time(T0) == "2025-05-01T12:00:00Z"
+    assert st.parse_time("2025-05-01T12:00:00Z") == T0
+    assert st.parse_time("garbage") is None and st.parse_time(None) is None
+
+
+def test_set_condition_keeps_transition_time_unless_status_flips() -> None:
+    first = st.set_condition((), st.Condition("MetricsAvailable", "True", "MetricsFound", "ok"), T0)
+    assert first[0].last_transition_time == T0
+    same = st.set_condition(
+        first, st.Condition("MetricsAvailable", "True", "MetricsFound", "still ok"), T0 + timedelta(minutes=5)
+    )
+    assert same[0].last_transition_time == T0 and same[0].message == "still ok"
+    flipped = st.set_condition(
+        same, st.Condition("MetricsAvailable", "False", "MetricsStale", "old"), T0 + timedelta(minutes=9)
+    )
+    assert flipped[0].last_transition_time == T0 + timedelta(minutes=9)
+    assert len(flipped) == 1
+
+
+def test_build_status_shapes_wva_fields_and_marks_owned_keys_for_removal() -> None:
+    prev = (
+        st.Condition("OptimizationReady", "True", "OptimizationSucceeded", "x", 1, T0 - timedelta(hours=1)),
+    )
+    out = st.build_status(
+        st.StatusInputs(
+            now=T0,
+            generation=7,
+            previous_conditions=prev,
+            condition_updates=(
+                st.Condition("OptimizationReady", "True", "OptimizationSucceeded", "Optimization completed"),
+                st.Condition("Actuated", "False", st.REASON_CONFLICTING_CONTROLLER, "HPA vllme-hpa"),
+            ),
+            current=st.CurrentView("A100", 2, 256, 80.0, 20.123, 150.0, 10.5, 100.0, 200.0),
+            desired=st.DesiredView("A100", 4, T0, max_batch=8, reason="optimal"),
+        )
+    )
+    assert out["currentAlloc"] == {
+        "accelerator": "A100",
+        "numReplicas": 2,
+        "maxBatch": 256,
+        "variantCost": "80.00",
+        "itlAverage": "20.12",
+        "ttftAverage": "150.00",
+        "load": {"arrivalRate": "10.50", "avgInputTokens": "100.00", "avgOutputTokens": "200.00"},
+    }
+    assert out["desiredOptimizedAlloc"]["lastRunTime"] == "2025-05-01T12:00:00Z"
+    assert out["desiredOptimizedAlloc"]["ttftAverage"] is None  # no prediction -> removed by merge patch
+    assert out["actuation"] is None and out["recommendations"] is None and out["lastMetricsTime"] is None
+    assert out["observedGeneration"] == 7
+    conds = {c["type"]: c for c in out["conditions"]}
+    assert conds["OptimizationReady"]["lastTransitionTime"] == "2025-05-01T11:00:00Z"  # unchanged status
+    assert conds["OptimizationReady"]["observedGeneration"] == 7
+    assert conds["Actuated"]["lastTransitionTime"] == "2025-05-01T12:00:00Z"
+    assert st.strip_nulls(out)["desiredOptimizedAlloc"] == {
+        "lastRunTime": "2025-05-01T12:00:00Z",
+        "accelerator": "A100",
+        "numReplicas": 4,
+        "maxBatch": 8,
+        "reason": "optimal",
+    }
+
+
+def test_conditions_and_recommendations_read_back() -> None:
+    out = st.build_status(
+        st.StatusInputs(
+            now=T0,
+            generation=2,
+            previous_conditions=(),
+            condition_updates=(st.Condition("MetricsAvailable", "False", "MetricsMissing", "none"),),
+            recommendations=(Recommendation(T0, 3),),
+        )
+    )
+    conds = st.conditions_from_json(out["conditions"])
+    assert conds == (st.Condition("MetricsAvailable", "False", "MetricsMissing", "none", 2, T0),)
+    assert st.recommendations_from_json(out["recommendations"]) == (Recommendation(T0, 3),)
+    assert st.conditions_from_json([{"type": "X", "status": "maybe"}, "junk"]) == ()
+    assert st.recommendations_from_json([{"time": "bad", "numReplicas": 1}, {"numReplicas": -1}]) == ()

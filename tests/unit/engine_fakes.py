@@ -1,0 +1,308 @@
+"""In-memory fakes for engine tests: a Kubernetes API server and a Prometheus, as httpx transports.
+
+They speak the real HTTP APIs (paths, verbs, merge and JSON patches, resourceVersion conflicts), so the
+engine runs through its real adapters (KubeClient, PrometheusClient) with no network and no mocks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from variant_autoscaler.adapters.exporter import Exporter
+from variant_autoscaler.adapters.kube import Credentials, KubeClient
+from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
+from variant_autoscaler.api.config import PrometheusConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_NS = "workload-variant-autoscaler-system"
+
+_PLURALS = {
+    "configmaps": ("", "v1"),
+    "pods": ("", "v1"),
+    "events": ("", "v1"),
+    "deployments": ("apps", "v1"),
+    "statefulsets": ("apps", "v1"),
+    "horizontalpodautoscalers": ("autoscaling", "v2"),
+    "variantautoscalings": ("llmd.ai", "v1alpha1"),
+}
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|scale))?$"
+)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(doc: Any, path: str) -> tuple[Any, str]:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
+    node = doc
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node, parts[-1]
+
+
+class FakeKube:
+    """A tiny Kubernetes API: objects by (plural, namespace, name), resourceVersions, 409 on stale writes."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.rv = 100
+        self.requests: list[tuple[str, str]] = []
+        self.status_conflicts_to_inject = 0
+        self.forbid: set[str] = set()
+
+    # --- helpers for tests --------------------------------------------------------------------------
+
+    def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(dict(obj))
+        kind = obj["kind"]
+        plural = {
+            "Deployment": "deployments",
+            "StatefulSet": "statefulsets",
+            "ConfigMap": "configmaps",
+            "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+            "Pod": "pods",
+            "VariantAutoscaling": "variantautoscalings",
+        }[kind]
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("generation", 1)
+        self.rv += 1
+        meta["resourceVersion"] = str(self.rv)
+        self.objects[(plural, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        return self.objects[(plural, namespace, name)]
+
+    def list(self, plural: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items()) if p == plural]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.list("events")
+
+    def writes(self, method: str, needle: str) -> int:
+        return sum(1 for m, p in self.requests if m == method and needle in p)
+
+    # --- the API ------------------------------------------------------------------------------------
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.requests.append((request.method, path))
+        if path in ("/apis/apps/v1",):
+            return httpx.Response(
+                200,
+                json={
+                    "resources": [
+                        {"name": "deployments", "kind": "Deployment", "namespaced": True},
+                        {"name": "deployments/scale", "kind": "Scale", "namespaced": True},
+                        {"name": "statefulsets", "kind": "StatefulSet", "namespaced": True},
+                    ]
+                },
+            )
+        match = _PATH.match(path)
+        if match is None:
+            return _status(404, f"no route {path}")
+        plural, ns, name, sub = match["plural"], match["ns"], match["name"], match["sub"]
+        if plural in self.forbid:
+            return _status(403, f"{plural} is forbidden")
+        if request.url.params.get("watch") == "true":
+            return httpx.Response(200, content=b"")
+        if request.method == "GET" and name is None:
+            items = [
+                copy.deepcopy(o)
+                for (p, n, _), o in sorted(self.objects.items())
+                if p == plural and (ns is None or n == ns)
+            ]
+            return httpx.Response(200, json={"items": items, "metadata": {"resourceVersion": str(self.rv)}})
+        if request.method == "POST":
+            body = json.loads(request.content)
+            meta = body.setdefault("metadata", {})
+            if "name" not in meta:
+                self.rv += 1
+                meta["name"] = f"{meta.get('generateName', 'obj-')}{self.rv}"
+            if (plural, ns or "", meta["name"]) in self.objects:
+                return _status(409, "AlreadyExists")
+            meta["namespace"] = ns
+            self.rv += 1
+            meta["resourceVersion"] = str(self.rv)
+            self.objects[(plural, ns or "", meta["name"])] = body
+            return httpx.Response(201, json=body)
+        key = (plural, ns or "", name or "")
+        if key not in self.objects:
+            return _status(404, f"{plural} {ns}/{name} not found")
+        obj = self.objects[key]
+        if request.method == "GET":
+            if sub == "scale":
+                return httpx.Response(
+                    200,
+                    json={
+                        "spec": {"replicas": obj["spec"].get("replicas", 1)},
+                        "status": {"replicas": obj.get("status", {}).get("replicas", 0)},
+                    },
+                )
+            return httpx.Response(200, json=copy.deepcopy(obj))
+        if request.method == "PATCH":
+            patch = json.loads(request.content)
+            ctype = request.headers["content-type"]
+            if sub == "status" and self.status_conflicts_to_inject > 0:
+                self.status_conflicts_to_inject -= 1
+                self.rv += 1
+                obj["metadata"]["resourceVersion"] = str(self.rv)  # someone else wrote meanwhile
+            if ctype == "application/json-patch+json":
+                new = copy.deepcopy(obj)
+                for op in patch:
+                    parent, last = _pointer(new, op["path"])
+                    if op["op"] == "test":
+                        current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+                        if current != op["value"]:
+                            return _status(422, "test failed")
+                    else:
+                        parent[last] = op["value"]
+                obj = new
+            elif sub == "scale":
+                obj = merge_patch(obj, {"spec": {"replicas": patch["spec"]["replicas"]}})
+            else:
+                wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
+                if wanted_rv is not None and wanted_rv != obj["metadata"]["resourceVersion"]:
+                    return _status(409, "the object has been modified")
+                patch = {k: v for k, v in patch.items() if k != "metadata"} | (
+                    {"metadata": {k: v for k, v in patch["metadata"].items() if k != "resourceVersion"}}
+                    if "metadata" in patch
+                    else {}
+                )
+                if sub == "status":
+                    patch = {"status": patch.get("status")}
+                obj = merge_patch(obj, patch)
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objects[key] = obj
+            return httpx.Response(200, json=copy.deepcopy(obj))
+        return _status(405, request.method)
+
+    def client(self) -> KubeClient:
+        return KubeClient(
+            Credentials(host="https://fake-k8s", verify=True),
+            transport=httpx.MockTransport(self),
+            retries=0,
+            backoff=0.0,
+        )
+
+
+def _status(code: int, message: str) -> httpx.Response:
+    return httpx.Response(code, json={"kind": "Status", "code": code, "message": message})
+
+
+class FakePrometheus:
+    """Answers the collector's fixed queries from per-(model, namespace) values set by the test."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, str], dict[str, float]] = {}
+        self.down = False
+        self.queries = 0
+        self.now = 0.0
+
+    def set(self, model: str, namespace: str, **values: float) -> None:
+        row = {
+            "newest": self.now,
+            "completion_rate": 0.0,
+            "avg_input_tokens": 0.0,
+            "avg_output_tokens": 0.0,
+            "ttft_seconds": 0.0,
+            "itl_seconds": 0.0,
+            "waiting": 0.0,
+            "waiting_growth": 0.0,
+        }
+        row.update(values)
+        self.series[(model, namespace)] = row
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.queries += 1
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        query = request.url.params["query"]
+        by_query = {q: name for name, q in build_queries(60.0).items()}
+        name = by_query.get(query)
+        if name is None:
+            return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": query})
+        result = []
+        for (model, ns), row in self.series.items():
+            value = row.get(name, math.nan)
+            labels = {"model_name": model, "namespace": ns} if ns else {"model_name": model}
+            result.append({"metric": labels, "value": [self.now, repr(value)]})
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    def collector(self, cfg: PrometheusConfig) -> Collector:
+        return Collector(PrometheusClient(cfg, transport=httpx.MockTransport(self), retries=0, backoff=0.0))
+
+
+def load_yaml(relative: str) -> Any:
+    return yaml.safe_load((ROOT / relative).read_text())
+
+
+def wva_configmaps(
+    prometheus_url: str = "https://prometheus.test:9090", **extra: str
+) -> list[dict[str, Any]]:
+    """The shipped ConfigMaps (WVA's formats), with Prometheus pointed at the fake."""
+    main = load_yaml("deploy/manager/configmap.yaml")
+    main["data"] = {"PROMETHEUS_BASE_URL": prometheus_url, "GLOBAL_OPT_INTERVAL": "60s", **extra}
+    return [
+        main,
+        load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml"),
+        load_yaml("deploy/manager/configmap-serviceclass.yaml"),
+    ]
+
+
+def deployment(
+    name: str, namespace: str, replicas: int = 1, ready: int | None = None, args: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "vllm", "args": args or ["--model", "m"]}]},
+            },
+        },
+        "status": {"replicas": replicas, "readyReplicas": replicas if ready is None else ready},
+    }
+
+
+class Clock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def exporter() -> Exporter:
+    return Exporter(is_active=lambda: True)

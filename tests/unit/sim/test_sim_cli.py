@@ -1,0 +1,100 @@
+"""The ``variant-autoscaler simulate`` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from variant_autoscaler.cli import main
+from variant_autoscaler.sim.scenarios import BUNDLED
+
+
+def small_file(tmp_path: Path) -> Path:
+    text = yaml.safe_load(
+        """
+name: cli-small
+duration: 3m
+seed: 5
+accelerators: {A100: {device: NVIDIA-A100-PCIE-80GB, cost: "40.00"}}
+nodes: [{name: a100, accelerator: A100, count: 1, gpus: 4}]
+serviceClasses:
+  - {name: Premium, priority: 1, data: [{model: m1, slo-tpot: 50, slo-ttft: 1000}]}
+models:
+  - modelID: m1
+    startup: 30s
+    modelProfile:
+      accelerators:
+        - acc: A100
+          accCount: 1
+          maxBatchSize: 16
+          perfParms:
+            decodeParms: {alpha: "20.58", beta: "0.41"}
+            prefillParms: {gamma: "20.58", delta: "0.041"}
+    traffic:
+      rate: {constant: 2}
+      inputTokens: {fixed: 128}
+      outputTokens: {fixed: 32}
+    variants: [{name: v1, accelerator: A100, replicas: 1}]
+"""
+    )
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(text))
+    return path
+
+
+def test_simulate_writes_report_and_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    code = main(
+        [
+            "simulate",
+            "-f",
+            str(small_file(tmp_path)),
+            "--policies",
+            "static,hpa-kv,wva",
+            "-o",
+            str(out),
+            "--format",
+            "json",
+            "--duration",
+            "2m",
+        ]
+    )
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed["policies"]) == ["static", "hpa-kv", "wva"]
+    assert printed["scenario"]["duration_s"] == 120.0
+    assert "timeseries" not in printed["policies"]["wva"]
+    saved = json.loads(out.read_text())
+    assert "timeseries" in saved["policies"]["static"]
+    for entry in saved["policies"].values():
+        assert 0.0 <= entry["attainment"] <= 1.0
+        assert entry["cost"] > 0
+
+
+def test_simulate_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["simulate", "-f", str(small_file(tmp_path)), "--policies", "hpa-waiting", "--seed", "9"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("scenario cli-small:")
+    assert "hpa-waiting" in out and "sim-s/cpu-s" in out
+
+
+def test_list_and_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--list-scenarios"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in BUNDLED)
+    assert main(["simulate", "--dump-scenario", "scarce"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["name"] == "scarce"
+
+
+def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate"]) == 2
+    assert "give a scenario" in capsys.readouterr().err
+    assert main(["simulate", "-f", str(small_file(tmp_path)), "--policies", "magic"]) == 2
+    assert "unknown policy 'magic'" in capsys.readouterr().err
+    assert main(["simulate", "-f", str(small_file(tmp_path)), "--duration", "soon"]) == 2
+    assert "--duration" in capsys.readouterr().err

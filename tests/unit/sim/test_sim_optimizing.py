@@ -1,0 +1,241 @@
+"""The optimizer-backed policies (WVA, ours, oracle, static peak) with a stand-in planner."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from sim_helpers import fake_factory, one_model
+
+from variant_autoscaler.engine import PlanOutcome, PlanRequest, VariantPlan
+from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.optimizing import (
+    NAMESPACE,
+    OraclePolicy,
+    future_loads,
+    observed_loads,
+    ours_policy,
+    peak_allocation,
+    plan_inputs,
+    wva_policy,
+)
+from variant_autoscaler.sim.scenario import (
+    Accelerator,
+    ModelSpec,
+    NodePool,
+    Profile,
+    Scenario,
+    ServiceClass,
+    SimSettings,
+    Variant,
+)
+from variant_autoscaler.sim.simulator import simulate
+from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic
+
+
+class OnePerRps:
+    """A stand-in planner: one replica per request/s of load (at least the minimum); a share group's
+    load all goes to its first variant by name."""
+
+    def __init__(self) -> None:
+        self.requests: list[PlanRequest] = []
+
+    def plan(self, request: PlanRequest) -> PlanOutcome:
+        self.requests.append(request)
+        decisions = {}
+        first_of_group: dict[str, str] = {}
+        for v in sorted(request.variants, key=lambda v: v.key):
+            if v.share_group is not None:
+                first_of_group.setdefault(v.share_group, v.key[1])
+        for v in request.variants:
+            takes = v.share_group is None or first_of_group[v.share_group] == v.key[1]
+            need = math.ceil(v.load.arrival_rate_rpm / 60.0 - 1e-9) if takes else 0
+            decisions[v.key] = VariantPlan(
+                accelerator=v.accelerator,
+                replicas=max(v.min_replicas, need),
+                max_batch=None,
+                cost=None,
+                ttft_ms=None,
+                itl_ms=None,
+                reason="stand-in",
+            )
+        return PlanOutcome(status="ok", solve_seconds=0.0, decisions=decisions)
+
+
+PROF_A = Profile("A100", 1, 8, 10.0, 0.1, 10.0, 0.01)
+PROF_H = Profile("H100", 1, 8, 5.0, 0.05, 5.0, 0.005)
+
+
+def two_variants(times: list[float], duration: float = 100.0) -> Scenario:
+    n = len(times)
+    arr = Arrivals(np.asarray(times, dtype=np.float64), np.full(n, 100, np.int64), np.full(n, 11, np.int64))
+    return Scenario(
+        name="two",
+        duration_s=duration,
+        seed=1,
+        accelerators=(Accelerator("A100", "NVIDIA-A100", 40.0), Accelerator("H100", "NVIDIA-H100", 100.0)),
+        pools=(NodePool("a", "A100", 1, 4), NodePool("h", "H100", 1, 4)),
+        classes=(ServiceClass("Premium", 1),),
+        models=(
+            ModelSpec(
+                "m",
+                "Premium",
+                500.0,
+                50.0,
+                (PROF_A, PROF_H),
+                TraceTraffic(arr, offset_s=times[0] if n else 0),
+            ),
+        ),
+        variants=(Variant("va", "m", "A100", 1), Variant("vh", "m", "H100", 0, min_replicas=0)),
+        settings=SimSettings(scrape_interval_s=5.0, rate_window_s=20.0),
+    )
+
+
+def view(name: str, **kw: object) -> VariantView:
+    base = VariantView(
+        name=name,
+        model="m",
+        accelerator="A100" if name == "va" else "H100",
+        desired=1,
+        ready=1,
+        starting=0,
+        pending=0,
+        max_batch=8,
+        success_rpm=0.0,
+        arrival_rpm=0.0,
+        avg_input_tokens=None,
+        avg_output_tokens=None,
+        avg_ttft_ms=None,
+        avg_itl_ms=None,
+        waiting=0.0,
+        waiting_growth=0.0,
+        running=0.0,
+        kv_usage=0.0,
+        metrics_ok=True,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def observation(now: float, views: Mapping[str, VariantView]) -> Observation:
+    return Observation(now=now, variants=views, capacity={"A100": 4, "H100": 4}, allocated={})
+
+
+def test_plan_inputs_are_wva_shaped() -> None:
+    sc = two_variants([1.0])
+    inputs = plan_inputs(sc, mode="limited", share_load=True, wva_bounds=False)
+    va = inputs.vas["vh"]
+    assert va.spec.model_id == "m"
+    assert [p.acc for p in va.spec.model_profile.accelerators] == ["H100"]  # keeps its accelerator
+    assert va.accelerator_label == "H100"
+    assert va.spec.min_replicas == 0 and va.spec.share_model_load is True
+    assert '"cost": "100.00"' in inputs.accelerator_costs["H100"]
+    assert "slo-ttft: 500" in inputs.service_classes["Premium.yaml"]
+    assert inputs.config.optimizer_mode == "limited"
+    wva = plan_inputs(sc, mode="unlimited", share_load=False, wva_bounds=True)
+    assert wva.vas["vh"].spec.min_replicas is None and wva.vas["vh"].spec.share_model_load is None
+    assert wva.config.min_replicas_default == 1
+
+
+def test_wva_load_is_the_models_completion_rate() -> None:
+    views = {
+        "va": view("va", success_rpm=120.0, avg_input_tokens=100.0, avg_output_tokens=10.0, waiting=50.0),
+        "vh": view("vh", success_rpm=60.0, avg_input_tokens=400.0, avg_output_tokens=40.0),
+    }
+    sc = two_variants([1.0])
+    loads = observed_loads(observation(60.0, views), sc, "wva", 300.0)
+    assert loads["m"].rpm == pytest.approx(180.0)
+    assert loads["m"].avg_input_tokens == pytest.approx(200.0)  # completion-weighted
+    assert loads["m"].avg_output_tokens == pytest.approx(20.0)
+    ours = observed_loads(observation(60.0, views), sc, "ours", 300.0)
+    # Plus the queue: growth 0 over the window, backlog 50 over 300 s = 1/6 req/s = 10 per minute.
+    assert ours["m"].rpm == pytest.approx(190.0)
+    grown = {**views, "va": replace(views["va"], waiting_growth=20.0)}
+    assert observed_loads(observation(60.0, grown), sc, "ours", 300.0)["m"].rpm == pytest.approx(
+        190.0 + 20.0 / 20.0 * 60.0
+    )
+
+
+def test_wva_sizes_every_variant_for_the_whole_model() -> None:
+    planner = OnePerRps()
+    policy = wva_policy(two_variants([1.0]), planner=planner)
+    views = {"va": view("va", success_rpm=180.0), "vh": view("vh", success_rpm=0.0, desired=1, ready=1)}
+    actions = policy.decide(observation(60.0, views))
+    # Both VAs see the model's 3 req/s: 3 replicas each (WVA's double provisioning of one model).
+    assert actions["va"].replicas == 3 and actions["vh"].replicas == 3
+    request = planner.requests[-1]
+    assert request.capacity is None and request.config.optimizer_mode == "unlimited"
+    assert all(v.share_group is None and v.min_replicas == 1 for v in request.variants)
+
+
+def test_wva_skips_a_model_without_series() -> None:
+    policy = wva_policy(two_variants([1.0]), planner=OnePerRps())
+    views = {"va": view("va", ready=0, success_rpm=0.0), "vh": view("vh", ready=0)}
+    assert policy.decide(observation(60.0, views)) == {}
+
+
+def test_ours_shares_the_model_and_stabilises_scale_down() -> None:
+    planner = OnePerRps()
+    policy = ours_policy(two_variants([1.0]), planner=planner)
+    views = {"va": view("va", success_rpm=240.0, desired=1, ready=1), "vh": view("vh", desired=0, ready=0)}
+    # The group's load goes to va: 4 replicas; vh may go to 0.
+    actions = policy.decide(observation(60.0, views))
+    assert actions == {"va": actions["va"]} and actions["va"].replicas == 4
+    request = planner.requests[-1]
+    assert request.config.optimizer_mode == "limited"
+    assert request.capacity == {"NVIDIA-A100": 4, "NVIDIA-H100": 4}  # by device type
+    assert {v.share_group for v in request.variants} == {f"{NAMESPACE}/m"}
+    # Load drops: the 300 s scale-down window keeps 4 for now.
+    views = {"va": view("va", success_rpm=60.0, desired=4, ready=4), "vh": view("vh", desired=0, ready=0)}
+    assert policy.decide(observation(120.0, views)) == {}
+    # After the window the recommendation of 4 has aged out.
+    assert policy.decide(observation(421.0, views))["va"].replicas == 1
+
+
+def test_ours_waits_for_starting_replicas_before_adding_more() -> None:
+    policy = ours_policy(two_variants([1.0]), planner=OnePerRps())
+    views = {"va": view("va", success_rpm=600.0, desired=4, ready=2), "vh": view("vh", desired=0, ready=0)}
+    assert policy.decide(observation(60.0, views)) == {}  # 2 of 4 still starting: no scale-up yet
+
+
+def test_ours_holds_without_metrics() -> None:
+    policy = ours_policy(two_variants([1.0]), planner=OnePerRps())
+    views = {"va": view("va", ready=0, desired=3), "vh": view("vh", desired=0, ready=0)}
+    assert policy.decide(observation(60.0, views)) == {}  # never scale down on missing metrics
+
+
+def test_future_loads_and_the_oracle() -> None:
+    times = [float(t) for t in range(0, 120, 2)] + [120.0 + k * 0.25 for k in range(240)]
+    sc = two_variants(times, duration=180.0)
+    arrivals = {"m": sc.models[0].traffic.arrivals(np.random.default_rng(0), sc.duration_s)}
+    loads = future_loads(arrivals, 0.0, 60.0)
+    assert loads["m"].rpm == pytest.approx(30.0)  # 30 requests in the first minute
+    assert future_loads(arrivals, 120.0, 180.0)["m"].rpm == pytest.approx(240.0)
+    planner = OnePerRps()
+    oracle = OraclePolicy(sc, interval_s=60.0, planner=planner)
+    assert oracle.ignores_startup
+    start = oracle.start(PolicyContext(scenario=sc, arrivals=arrivals))
+    assert start == {"va": 1, "vh": 0}
+    views = {"va": view("va", desired=1), "vh": view("vh", desired=0, ready=0)}
+    assert oracle.decide(observation(120.0, views))["va"].replicas == 4  # 4 req/s ahead
+
+
+def test_static_peak_allocation() -> None:
+    times = [float(t) for t in range(0, 600)] + [600.0 + k * 0.2 for k in range(1500)]
+    sc = two_variants(times, duration=900.0)
+    arrivals = {"m": sc.models[0].traffic.arrivals(np.random.default_rng(0), sc.duration_s)}
+    # The busiest 5 minutes carry 5 req/s.
+    assert peak_allocation(sc, arrivals, planner=OnePerRps()) == {"va": 5, "vh": 0}
+
+
+def test_ours_end_to_end_with_the_stand_in_planner() -> None:
+    # 2 req/s for 100 s on fake replicas: ours scales va from 1 to 2 after its first decision.
+    times = [0.25 + 0.5 * k for k in range(200)]
+    sc = two_variants(times, duration=100.0)
+    policy = ours_policy(sc, interval_s=30.0, planner=OnePerRps())
+    r = simulate(sc, policy, server_factory=fake_factory(slots=8))
+    assert r.scale_ups["va"] >= 1 and r.scale_ups["vh"] == 0
+    assert (r.dropped == 0).all()
+    assert one_model([1.0]).name == "tiny"

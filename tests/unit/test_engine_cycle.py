@@ -1,0 +1,494 @@
+"""One engine cycle end to end, through the real adapters, against in-memory Kubernetes and Prometheus."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import jsonschema
+import pytest
+from engine_fakes import (
+    OPERATOR_NS,
+    Clock,
+    FakeKube,
+    FakePrometheus,
+    deployment,
+    exporter,
+    load_yaml,
+    wva_configmaps,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from variant_autoscaler.adapters.events import EventRecorder
+from variant_autoscaler.adapters.lease import AlwaysLeader
+from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
+from variant_autoscaler.core import status as st
+from variant_autoscaler.engine import Engine, PlanOutcome, PlanRequest, VariantPlan, WvaPlanner
+from variant_autoscaler.settings import Settings
+
+NS = "llm-d-sim"
+VA = "vllme-deployment"
+
+
+class Harness:
+    def __init__(self, *, planner: Any = None, **cm_extra: str) -> None:
+        self.kube = FakeKube()
+        self.prom = FakePrometheus()
+        self.clock = Clock()
+        self.prom.now = self.clock.now.timestamp()
+        for cm in wva_configmaps(**cm_extra):
+            self.kube.put(cm)
+        self.settings = Settings(debounce_seconds=0, leader_election=False, status_conflict_retries=3)
+        self.planner = planner or WvaPlanner()
+        self.engine = self.new_engine()
+
+    def new_engine(self) -> Engine:
+        client = self.kube.client()
+        self.exporter = exporter()
+        return Engine(
+            self.settings,
+            kube=client,
+            exporter=self.exporter,
+            events=EventRecorder(client, instance="test"),
+            leader=AlwaysLeader(),
+            planner=self.planner,
+            vas=lambda: self.kube.list("variantautoscalings"),
+            nodes=lambda: [],
+            clock=self.clock,
+            collector_factory=self.prom.collector,
+        )
+
+    def add_va(self, body: dict[str, Any] | None = None, *, replicas: int = 1, **spec: Any) -> dict[str, Any]:
+        va = copy.deepcopy(body or load_yaml("deploy/samples/variantautoscaling.yaml"))
+        va["spec"].update(spec)
+        self.kube.put(va)
+        name = va["metadata"]["name"]
+        target = (va["spec"].get("scaleTargetRef") or {}).get("name", name)
+        if ("deployments", va["metadata"]["namespace"], target) not in self.kube.objects:
+            self.kube.put(deployment(target, va["metadata"]["namespace"], replicas=replicas))
+        return va
+
+    def load(
+        self,
+        rpm: float,
+        *,
+        model: str = "default/default",
+        namespace: str = NS,
+        out: float = 128.0,
+        inp: float = 100.0,
+        **extra: float,
+    ) -> None:
+        self.prom.now = self.clock.now.timestamp()
+        self.prom.set(
+            model,
+            namespace,
+            completion_rate=rpm / 60.0,
+            avg_input_tokens=inp,
+            avg_output_tokens=out,
+            ttft_seconds=0.05,
+            itl_seconds=0.02,
+            **extra,
+        )
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += timedelta(seconds=seconds)
+        self.prom.now = self.clock.now.timestamp()
+        for row in self.prom.series.values():
+            row["newest"] = self.prom.now
+
+    def status(self, name: str = VA) -> dict[str, Any]:
+        return self.kube.get("variantautoscalings", NS, name).get("status") or {}
+
+    def conditions(self, name: str = VA) -> dict[str, dict[str, Any]]:
+        return {c["type"]: c for c in self.status(name).get("conditions", [])}
+
+    def replicas(self, name: str = VA) -> int:
+        return int(self.kube.get("deployments", NS, name)["spec"]["replicas"])
+
+    def gauges(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {}
+        for family in text_string_to_metric_families(self.exporter.render().decode()):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+
+def _schema() -> dict[str, Any]:
+    crd = load_yaml("crds/llmd.ai_variantautoscalings.yaml")
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _assert_valid(obj: dict[str, Any]) -> None:
+    errors = [e.message for e in jsonschema.Draft7Validator(_schema()).iter_errors(obj)]
+    assert errors == []
+
+
+WVA_LABELS = (("accelerator_type", "A100"), ("namespace", NS), ("variant_name", VA))
+
+
+async def test_wva_sample_gets_a_full_valid_status_and_gauges() -> None:
+    h = Harness()
+    h.add_va(replicas=1)
+    h.load(60.0)
+    report = await h.engine.run_cycle()
+    assert report.variants == 1 and report.plan_status == "optimal"
+    status = h.status()
+    _assert_valid(h.kube.get("variantautoscalings", NS, VA))
+    conds = h.conditions()
+    assert (
+        conds["MetricsAvailable"]["status"] == "True"
+        and conds["MetricsAvailable"]["reason"] == "MetricsFound"
+    )
+    assert conds["OptimizationReady"]["reason"] == "OptimizationSucceeded"
+    assert conds["Actuated"]["reason"] == "MetricsEmitted"
+    assert all(c["observedGeneration"] == 1 for c in conds.values())
+    current = status["currentAlloc"]
+    assert current["accelerator"] == "A100" and current["numReplicas"] == 1
+    assert current["load"]["arrivalRate"] == "60.00" and current["itlAverage"] == "20.00"
+    assert current["variantCost"] == "40.00"  # 1 replica x A100's 40.00
+    desired = status["desiredOptimizedAlloc"]
+    assert desired["accelerator"] == "A100" and desired["numReplicas"] >= 1
+    assert desired["maxBatch"] == 4 and "Premium" in desired["reason"]
+    assert float(desired["itlAverage"]) <= 24.0  # the Premium ITL target for default/default
+    assert status["actuation"] == {"applied": True, "mode": "metrics", "maxBatchStableCycles": 1}
+    g = h.gauges()
+    assert g[("inferno_desired_replicas", WVA_LABELS)] == desired["numReplicas"]
+    assert g[("inferno_current_replicas", WVA_LABELS)] == 1
+    # WVA's ownership: the VA is owned by its Deployment (garbage-collected with it).
+    owners = h.kube.get("variantautoscalings", NS, VA)["metadata"]["ownerReferences"]
+    assert owners == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": VA,
+            "uid": f"uid-{VA}",
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    assert [e["reason"] for e in h.kube.events()] == ["DecisionChanged"]
+    # The metrics mode never touches the Deployment.
+    assert h.kube.writes("PATCH", "/deployments/") == 0
+
+
+async def test_a_load_change_changes_the_decision_and_posts_one_event() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(30.0)
+    await h.engine.run_cycle()
+    low = h.status()["desiredOptimizedAlloc"]["numReplicas"]
+    await h.engine.run_cycle()
+    assert len(h.kube.events()) == 1  # unchanged decision: no new Event
+    h.advance(60)
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    high = h.status()["desiredOptimizedAlloc"]["numReplicas"]
+    assert high > low
+    assert [e["reason"] for e in h.kube.events()] == ["DecisionChanged", "DecisionChanged"]
+
+
+async def test_each_cycle_writes_each_status_once_and_queries_prometheus_a_fixed_number_of_times() -> None:
+    h = Harness()
+    sample = load_yaml("deploy/samples/variantautoscaling.yaml")
+    for i in range(25):
+        va = copy.deepcopy(sample)
+        va["metadata"]["name"] = f"v{i}"
+        h.add_va(va)
+    h.load(60.0)
+    before = h.prom.queries
+    report = await h.engine.run_cycle()
+    assert report.variants == 25
+    assert h.prom.queries - before == QUERIES_PER_CYCLE == report.promql_queries
+    assert h.kube.writes("PATCH", "/status") == 25
+    assert h.kube.writes("GET", "/deployments") == 1  # one list, not one read per variant
+
+
+async def test_missing_metrics_hold_and_report_without_scaling_down() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=4)
+    await h.engine.run_cycle()  # no series at all for the model
+    conds = h.conditions()
+    assert conds["MetricsAvailable"]["status"] == "False"
+    assert conds["MetricsAvailable"]["reason"] == "MetricsMissing"
+    assert conds["OptimizationReady"]["reason"] == "MetricsUnavailable"
+    assert h.status()["desiredOptimizedAlloc"]["numReplicas"] == 4
+    assert h.replicas() == 4
+    assert "no scale-down" in h.status()["desiredOptimizedAlloc"]["reason"]
+    assert "Warning" in {e["type"] for e in h.kube.events()}
+
+
+async def test_prometheus_down_keeps_the_last_decision_then_recovers() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    scaled = h.replicas()
+    assert scaled > 1
+    last_good = h.status()["lastMetricsTime"]
+    h.prom.down = True
+    h.advance(60)
+    await h.engine.run_cycle()
+    conds = h.conditions()
+    assert conds["MetricsAvailable"]["reason"] == "PrometheusError"
+    assert h.replicas() == scaled and h.status()["desiredOptimizedAlloc"]["numReplicas"] == scaled
+    assert h.status()["lastMetricsTime"] == last_good
+    h.prom.down = False
+    h.load(0.0)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.conditions()["MetricsAvailable"]["status"] == "True"
+    assert h.replicas() == 1  # back to the minimum once metrics say so
+
+
+async def test_stale_metrics() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(60.0)
+    h.prom.series[("default/default", NS)]["newest"] = h.prom.now - 3600
+    await h.engine.run_cycle()
+    assert h.conditions()["MetricsAvailable"]["reason"] == "MetricsStale"
+
+
+async def test_patch_mode_scales_with_stabilisation_that_survives_a_restart() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="5m")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    high = h.replicas()
+    assert high > 1 and h.conditions()["Actuated"]["reason"] == "Scaled"
+    assert h.status()["actuation"]["lastScaleTime"] == st.format_time(h.clock.now)
+    assert "Scaled" in [e["reason"] for e in h.kube.events()]
+    # Load drops; a brand-new engine (a restarted operator) must still hold the scale-down.
+    h.engine = h.new_engine()
+    h.load(30.0)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.replicas() == high and "stabilization" in h.status()["desiredOptimizedAlloc"]["reason"]
+    h.engine = h.new_engine()
+    h.advance(300)
+    await h.engine.run_cycle()
+    assert h.replicas() < high
+
+
+async def test_patch_mode_waits_for_pending_replicas() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=2)
+    dep = h.kube.get("deployments", NS, VA)
+    dep["status"]["readyReplicas"] = 1
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    assert h.replicas() == 2
+    assert "still starting" in h.status()["desiredOptimizedAlloc"]["reason"]
+
+
+async def test_patch_mode_refuses_a_target_managed_by_an_hpa() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.kube.put(load_yaml("deploy/hpa/hpa.yaml"))
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    assert h.replicas() == 1
+    actuated = h.conditions()["Actuated"]
+    assert actuated["status"] == "False" and actuated["reason"] == "ConflictingController"
+    assert "vllme-hpa" in actuated["message"]
+    assert h.status()["actuation"]["applied"] is False
+    await h.engine.run_cycle()
+    refusals = [e for e in h.kube.events() if e["reason"] == "ConflictingController"]
+    assert len(refusals) == 1 and refusals[0]["type"] == "Warning"  # once, when it started
+
+
+async def test_patch_mode_refuses_a_target_with_a_controller() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.kube.get("deployments", NS, VA)["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "name": "isvc",
+            "controller": True,
+        }
+    ]
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    assert h.replicas() == 1
+    assert "InferenceService/isvc" in h.conditions()["Actuated"]["message"]
+
+
+async def test_shadow_mode_changes_nothing() -> None:
+    h = Harness()
+    h.add_va(replicas=1, actuation={"mode": "shadow"})
+    h.load(1200.0)
+    await h.engine.run_cycle()
+    assert h.replicas() == 1 and h.kube.writes("PATCH", "/deployments/") == 0
+    assert h.conditions()["Actuated"]["reason"] == "ShadowMode"
+    assert h.status()["desiredOptimizedAlloc"]["numReplicas"] > 1
+    assert ("inferno_desired_replicas", WVA_LABELS) not in h.gauges()
+
+
+async def test_batch_size_is_applied_only_when_enabled_and_stable() -> None:
+    class BatchPlanner:
+        def plan(self, request: PlanRequest) -> PlanOutcome:
+            return PlanOutcome(
+                "optimal",
+                0.0,
+                {v.key: VariantPlan("A100", 2, 16, 80.0, 100.0, 20.0, "test plan") for v in request.variants},
+            )
+
+    h = Harness(planner=BatchPlanner(), DEFAULT_ACTUATION_MODE="patch", BATCH_STABLE_CYCLES="2")
+    h.add_va(replicas=2, actuation={"mode": "patch", "applyMaxBatch": True})
+    dep = h.kube.get("deployments", NS, VA)
+    dep["spec"]["template"]["spec"]["containers"][0]["args"] = ["--model", "m", "--max-num-seqs", "64"]
+    h.load(60.0)
+    await h.engine.run_cycle()
+    args = h.kube.get("deployments", NS, VA)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-1] == "64"  # one cycle is not stable enough
+    h.advance(60)
+    await h.engine.run_cycle()
+    args = h.kube.get("deployments", NS, VA)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["--model", "m", "--max-num-seqs", "16"]
+    assert h.status()["currentAlloc"]["maxBatch"] == 64  # observed before the patch took effect
+
+
+async def test_invalid_variant_is_reported_in_a_condition_and_an_event() -> None:
+    h = Harness()
+    va = load_yaml("deploy/samples/variantautoscaling.yaml")
+    del va["metadata"]["labels"]  # three profiles and no accelerator label: cannot tell what runs
+    h.add_va(va)
+    bad = copy.deepcopy(load_yaml("deploy/samples/variantautoscaling.yaml"))
+    bad["metadata"]["name"] = "bad-parms"
+    bad["spec"]["modelProfile"]["accelerators"][0]["perfParms"]["decodeParms"] = {"alpha": "x", "beta": "1"}
+    h.add_va(bad)
+    h.load(60.0)
+    report = await h.engine.run_cycle()
+    assert {o.key[1]: bool(o.error) for o in report.outcomes} == {VA: True, "bad-parms": True}
+    cond = h.conditions()["OptimizationReady"]
+    assert (
+        cond["status"] == "False" and cond["reason"] == "InvalidSpec" and "acceleratorName" in cond["message"]
+    )
+    assert "decodeParms.alpha" in h.conditions("bad-parms")["OptimizationReady"]["message"]
+    warnings = [e for e in h.kube.events() if e["type"] == "Warning"]
+    assert len(warnings) == 2
+    await h.engine.run_cycle()
+    assert len([e for e in h.kube.events() if e["type"] == "Warning"]) == 2  # not repeated
+
+
+async def test_status_conflict_is_retried_with_a_fresh_read() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(60.0)
+    h.kube.status_conflicts_to_inject = 2
+    report = await h.engine.run_cycle()
+    assert report.outcomes[0].written
+    assert h.kube.writes("PATCH", "/status") == 3
+    assert h.conditions()["OptimizationReady"]["status"] == "True"
+    conflicts = h.gauges()[("variant_autoscaler_status_conflicts_total", ())]
+    assert conflicts == 2
+
+
+async def test_config_errors_hold_every_variant() -> None:
+    h = Harness(GLOBAL_OPT_INTERVAL="soon")
+    h.add_va(replicas=3)
+    h.load(1200.0)
+    report = await h.engine.run_cycle()
+    assert report.config_error is not None and "GLOBAL_OPT_INTERVAL" in report.config_error
+    cond = h.conditions()["OptimizationReady"]
+    assert cond["reason"] == "ConfigurationInvalid"
+    assert h.status()["desiredOptimizedAlloc"]["numReplicas"] == 3
+
+
+async def test_missing_costs_configmap() -> None:
+    h = Harness()
+    del h.kube.objects[("configmaps", OPERATOR_NS, "accelerator-unit-costs")]
+    h.add_va()
+    h.load(60.0)
+    report = await h.engine.run_cycle()
+    assert "accelerator-unit-costs not found" in (report.config_error or "")
+
+
+async def test_scale_to_zero_writes_a_valid_status() -> None:
+    h = Harness(
+        WVA_SCALE_TO_ZERO="true", DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s"
+    )
+    h.add_va(replicas=1)
+    h.load(0.0)
+    await h.engine.run_cycle()
+    desired = h.status()["desiredOptimizedAlloc"]
+    assert desired["numReplicas"] == 0 and desired["accelerator"] == "A100"
+    assert h.replicas() == 0
+    _assert_valid(h.kube.get("variantautoscalings", NS, VA))
+
+
+async def test_missing_target_is_reported() -> None:
+    h = Harness()
+    h.add_va(scaleTargetRef={"name": "elsewhere"})
+    del h.kube.objects[("deployments", NS, "elsewhere")]
+    h.load(60.0)
+    await h.engine.run_cycle()
+    cond = h.conditions()["OptimizationReady"]
+    assert cond["reason"] == "TargetNotFound" and "elsewhere" in cond["message"]
+
+
+async def test_sloclassref_names_a_class() -> None:
+    h = Harness()
+    va = load_yaml("deploy/samples/variantautoscaling.yaml")
+    va["spec"]["modelID"] = "meta/llama0-7b"  # listed in Freemium only
+    va["spec"]["sloClassRef"] = {"name": "service-classes-config", "key": "freemium.yaml"}
+    h.add_va(va)
+    h.load(60.0, model="meta/llama0-7b")
+    await h.engine.run_cycle()
+    assert "Freemium (sloClassRef)" in h.status()["desiredOptimizedAlloc"]["reason"]
+
+
+def test_triggers_fire_only_on_relevant_changes() -> None:
+    h = Harness()
+    va = {"metadata": {"uid": "u", "namespace": NS, "name": VA, "generation": 1, "labels": {"a": "b"}}}
+    h.engine.notify_va(None, va)
+    assert h.engine._wake.is_set()
+    h.engine._wake.clear()
+    status_only = copy.deepcopy(va)
+    status_only["status"] = {"x": 1}
+    status_only["metadata"]["resourceVersion"] = "99"
+    h.engine.notify_va("MODIFIED", status_only)  # our own status write must not loop
+    assert not h.engine._wake.is_set()
+    va["metadata"]["generation"] = 2
+    h.engine.notify_va("MODIFIED", va)
+    assert h.engine._wake.is_set()
+    h.engine._wake.clear()
+    node = {
+        "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "A"}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    h.engine.notify_node("ADDED", node)
+    assert h.engine._wake.is_set()
+    h.engine._wake.clear()
+    node["status"]["conditions"][0]["lastHeartbeatTime"] = "later"
+    h.engine.notify_node("MODIFIED", node)
+    assert not h.engine._wake.is_set()
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    h.engine.notify_node("MODIFIED", node)
+    assert h.engine._wake.is_set()
+    h.engine._wake.clear()
+    cm = {"metadata": {"name": "accelerator-unit-costs"}, "data": {"A100": "{}"}}
+    h.engine.notify_configmap("ADDED", cm)
+    h.engine.notify_configmap("MODIFIED", cm)
+    assert not h.engine._wake.is_set()
+    h.engine.notify_configmap("MODIFIED", {**cm, "data": {"A100": '{"cost": "1"}'}})
+    assert h.engine._wake.is_set()
+    h.engine._wake.clear()
+    h.engine.notify_configmap("MODIFIED", {"metadata": {"name": "unrelated"}, "data": {"x": "y"}})
+    assert not h.engine._wake.is_set()
+
+
+async def test_health_fails_when_cycles_stop() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(60.0)
+    await h.engine.run_cycle()
+    assert h.engine.health()["cycles"] == 1
+    h.engine.last_completed = (h.engine.last_completed or 0.0) - 10_000
+    with pytest.raises(Exception, match="no cycle has completed"):
+        h.engine.health()
