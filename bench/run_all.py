@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS: tuple[str, ...] = ("analyzer", "optimizer", "emulator", "fidelity", "operator", "policies")
+# (bench/operator.py would shadow the standard library's `operator` for every script in bench/.)
+BENCHMARKS: tuple[str, ...] = ("analyzer", "optimizer", "emulator", "fidelity", "operator_scale", "policies")
 
 
 def _load(name: str):  # type: ignore[no-untyped-def]

@@ -152,6 +152,11 @@ main() {
     fi
   fi
   mkdir -p "${BIN_ROOT}" "${BUILD_ROOT}"
+  # One build at a time per cache (concurrent `make` runs would race on the same staging directories).
+  if command -v flock >/dev/null; then
+    exec 9>"${CACHE_DIR}/build.lock"
+    flock 9
+  fi
   local start=${SECONDS} c
   for c in "${components[@]}"; do
     case "${c}" in

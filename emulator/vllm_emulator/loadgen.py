@@ -46,6 +46,7 @@ __all__ = [
     "LoadGenerator",
     "LoadSpec",
     "LoadSummary",
+    "RequestRecord",
     "main",
     "parse_schedule",
     "run_load",
@@ -295,6 +296,25 @@ class LoadSummary:
         }
 
 
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the generator saw it, handed to ``on_request`` when it ends.
+
+    For per-request analyses the summary cannot give, such as the share of requests that met a TTFT and
+    an ITL target, or which target served what. Times are in seconds; ``sent_at`` counts from the start
+    of the run. ``ttft_s`` and ``itl_s`` (the mean gap between this request's tokens) need streaming.
+    """
+
+    target: str
+    sent_at: float
+    error: str | None = None
+    """Error kind (as in ``error_kinds``); ``"unfinished"`` if the drain cut it off; None: completed."""
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int = 0
+
+
 # ---------------------------------------------------------------------------------------------- HTTP
 
 
@@ -449,8 +469,10 @@ class LoadGenerator:
     """Runs one :class:`LoadSpec`; :meth:`run` returns the :class:`LoadSummary`."""
 
     def __init__(self, spec: LoadSpec, *, progress: Callable[[str], None] | None = None,
-                 progress_interval: float = 5.0) -> None:  # fmt: skip
+                 progress_interval: float = 5.0,
+                 on_request: Callable[[RequestRecord], None] | None = None) -> None:  # fmt: skip
         self.spec = spec
+        self._on_request = on_request
         self._progress = progress
         self._progress_interval = progress_interval
         self._rng = random.Random(spec.seed)
@@ -554,9 +576,10 @@ class LoadGenerator:
             await asyncio.wait(still)
         return len(still)
 
-    def _error(self, kind: str) -> None:
+    def _error(self, kind: str, record: RequestRecord) -> None:
         self.errors += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        record.error = kind
 
     def _body(self) -> tuple[str, bytes]:
         spec = self.spec
@@ -586,31 +609,44 @@ class LoadGenerator:
         path, body = self._body()
         target = self._pick_target()
         self.sent += 1
+        record = RequestRecord(target.url, asyncio.get_running_loop().time() - self._started)
+        try:
+            await self._attempt(target, path, body, record)
+        except asyncio.CancelledError:
+            record.error = "unfinished"
+            raise
+        finally:
+            if self._on_request is not None:
+                self._on_request(record)
+
+    async def _attempt(self, target: _Target, path: str, body: bytes, record: RequestRecord) -> None:
         try:
             async with asyncio.timeout(self.spec.request_timeout):
                 for attempt in (0, 1):
                     conn = await target.connect()
                     try:
-                        await self._exchange(target, conn, path, body)
+                        await self._exchange(target, conn, path, body, record)
                         return
                     except (ConnectionError, asyncio.IncompleteReadError) as exc:
                         conn.close()
                         # A kept-alive connection the server closed while idle: retry once on a new one.
                         if attempt == 0 and conn.reused and not getattr(exc, "partial", b""):
                             continue
-                        self._error("connection")
+                        self._error("connection", record)
                         return
                     except BaseException:
                         conn.close()
                         raise
         except TimeoutError:
-            self._error("timeout")
+            self._error("timeout", record)
         except _HttpError as exc:
-            self._error(exc.kind)
+            self._error(exc.kind, record)
         except (OSError, ValueError, asyncio.LimitOverrunError):
-            self._error("protocol")
+            self._error("protocol", record)
 
-    async def _exchange(self, target: _Target, conn: _Connection, path: str, body: bytes) -> None:
+    async def _exchange(
+        self, target: _Target, conn: _Connection, path: str, body: bytes, record: RequestRecord
+    ) -> None:
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
         conn.writer.write(target.request_bytes("POST", path, body, self.spec.api_key))
@@ -618,7 +654,7 @@ class LoadGenerator:
         if response.status != 200:
             await conn.body(response)
             target.release(conn, response.keep_alive)
-            self._error(f"http_{response.status}")
+            self._error(f"http_{response.status}", record)
             return
         if not self.spec.stream:
             data = await conn.body(response)
@@ -629,10 +665,12 @@ class LoadGenerator:
                 self.prompt_tokens += int(usage["prompt_tokens"])
                 self.completion_tokens += int(usage["completion_tokens"])
             except (ValueError, KeyError, TypeError):
-                self._error("bad_body")
+                self._error("bad_body", record)
                 return
             self.e2e.add(done_at - sent_at)
             self.completed += 1
+            record.e2e_s = done_at - sent_at
+            record.output_tokens = int(usage["completion_tokens"])
             return
         first: float | None = None
         last = 0.0
@@ -667,11 +705,17 @@ class LoadGenerator:
         done_at = loop.time()
         target.release(conn, response.keep_alive and response.chunked)
         if not finished:
-            self._error("truncated_stream")
+            self._error("truncated_stream", record)
             return
         self.completion_tokens += tokens
         self.e2e.add(done_at - sent_at)
         self.completed += 1
+        record.e2e_s = done_at - sent_at
+        record.output_tokens = tokens
+        if first is not None:
+            record.ttft_s = first - sent_at
+            if tokens > 1:
+                record.itl_s = (last - first) / (tokens - 1)
 
     def _progress_line(self, now: float) -> str:
         elapsed = now - self._started
@@ -712,10 +756,20 @@ async def _raw_chunks(conn: _Connection, response: _Response) -> AsyncIterator[b
 
 
 async def run_load(
-    spec: LoadSpec, *, progress: Callable[[str], None] | None = None, progress_interval: float = 5.0
+    spec: LoadSpec,
+    *,
+    progress: Callable[[str], None] | None = None,
+    progress_interval: float = 5.0,
+    on_request: Callable[[RequestRecord], None] | None = None,
 ) -> LoadSummary:
-    """Run ``spec`` and return its summary (the in-process API of ``vllm-loadgen``)."""
-    return await LoadGenerator(spec, progress=progress, progress_interval=progress_interval).run()
+    """Run ``spec`` and return its summary (the in-process API of ``vllm-loadgen``).
+
+    ``on_request`` is called with a :class:`RequestRecord` as each request ends.
+    """
+    generator = LoadGenerator(
+        spec, progress=progress, progress_interval=progress_interval, on_request=on_request
+    )
+    return await generator.run()
 
 
 # ---------------------------------------------------------------------------------------------- CLI

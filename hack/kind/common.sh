@@ -7,6 +7,7 @@
 #   OPERATOR_IMAGE        operator image (default variant-autoscaler:dev, what `make docker-build` builds)
 #   EMULATOR_IMAGE        emulator image (default vllm-emulator:dev, what `make emulator-build` builds)
 #   KUBE_PROMETHEUS_STACK_VERSION, PROMETHEUS_ADAPTER_VERSION   Helm chart versions (pinned below)
+#   VA_KIND_OUT_DIR       where generated kustomizations go (default _out/kind in the repository)
 
 KIND_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${KIND_DIR}/../.." && pwd)"
@@ -23,8 +24,8 @@ KIND_PROMETHEUS_URL="http://prometheus-operated.${MONITORING_NS}.svc:9090"
 OPERATOR_NS=workload-variant-autoscaler-system
 OPERATOR_DEPLOYMENT=variant-autoscaler-controller-manager
 DEMO_NS=llm-d-sim
-# Generated kustomizations (image names, kind settings) go here; the directory is git-ignored.
-OUT_DIR="${REPO_ROOT}/_out/kind"
+# Generated kustomizations (image names, kind settings) go here; _out/ is git-ignored.
+OUT_DIR="${VA_KIND_OUT_DIR:-${REPO_ROOT}/_out/kind}"
 
 log() { printf '[%s %s] %s\n' "$(basename "$0" .sh)" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -77,4 +78,11 @@ kustomize_image() {
   printf '  - name: %s\n    newName: %s\n' "$1" "${name}"
   if [[ "${tag}" != "-" ]]; then printf '    newTag: "%s"\n' "${tag}"; fi
   if [[ "${digest}" != "-" ]]; then printf '    digest: "%s"\n' "${digest}"; fi
+}
+
+# repo_path DIR PATH: PATH (relative to the repository root) as seen from DIR, for a kustomization there.
+# (python3 rather than GNU realpath --relative-to, which macOS lacks.)
+repo_path() {
+  python3 -c 'import os, sys; r = os.path.realpath; print(os.path.relpath(r(sys.argv[2]), r(sys.argv[1])))' \
+    "$1" "${REPO_ROOT}/$2"
 }

@@ -236,8 +236,12 @@ class LocalCluster:
             if full:
                 self._start_full_profile()
             self._write_state_file()
-        except BaseException:
-            self.stop()
+        except BaseException as error:
+            # Keep the logs of a cluster that failed to start; an empty temporary directory goes.
+            keep = self.supervisor.log_dir.is_dir()
+            self.stop(remove_state=self._owns_state_dir and not keep)
+            if keep:
+                error.add_note(f"the local cluster's logs are kept in {self.supervisor.log_dir}")
             raise
         return self
 
@@ -334,21 +338,34 @@ class LocalCluster:
         if wait:
             self.wait_for_node_ready(spec.name)
 
-    def remove_gpu_node(self, name: str, *, delete_pods: bool = True) -> None:
-        """Delete a node, and first (by default) every pod bound to it, as a node failure would."""
+    def remove_gpu_node(self, name: str, *, delete_pods: bool = True, timeout: float = 30.0) -> None:
+        """Take a node away as a failed-and-drained node: cordon, delete it, force-delete its pods.
+
+        Cordoning first keeps the scheduler from binding replacement pods to the vanishing node; pods
+        already bound are deleted (grace period 0) until none is left, so their controllers recreate
+        them elsewhere at once instead of after the pod-GC's orphan quarantine.
+        """
         from kubernetes import client
 
         core = self.core_v1()
-        if delete_pods:
+        with contextlib.suppress(client.ApiException):
+            core.patch_node(name, {"spec": {"unschedulable": True}})
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(name)
+        self._nodes.pop(name, None)
+        if not delete_pods:
+            return
+
+        def drained() -> bool:
             pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
             for pod in pods:
                 with contextlib.suppress(client.ApiException):
                     core.delete_namespaced_pod(
                         pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
                     )
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(name)
-        self._nodes.pop(name, None)
+            return not pods
+
+        wait_until(drained, timeout=timeout, what=f"pods on node {name} to be deleted", interval=0.5)
 
     def wait_for_node_ready(self, name: str, timeout: float = 60.0) -> None:
         from kubernetes import client

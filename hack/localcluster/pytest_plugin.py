@@ -36,15 +36,15 @@ from typing import Any
 
 import pytest
 
-from localcluster.cluster import ClusterOptions, LocalCluster, wait_for
+from localcluster.cluster import ClusterOptions, LocalCluster, Profile, wait_for
 from localcluster.gpu import VENDOR_DOMAINS
 from localcluster.names import ENDPOINT_ANNOTATION, RUN_LABEL
 
 ApplyFn = Callable[..., str]
 
 
-def _start(profile: str) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(ClusterOptions(profile=profile))  # type: ignore[arg-type]
+def _start(profile: Profile) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(ClusterOptions(profile=profile))
     cluster.start()
     try:
         yield cluster

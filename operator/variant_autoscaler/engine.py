@@ -95,6 +95,8 @@ class PlannedVariant:
     max_replicas: int | None
     # Variants of one model that share its load (spec.shareModelLoad) have the same group; else None.
     share_group: str | None = None
+    # No fresh metrics: not re-planned (its allocation is kept, and counted in limited mode).
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +453,7 @@ class Engine:
         self.exporter.decisions.replace(self._gauges)
         duration = time.monotonic() - started
         self.exporter.cycle_duration.observe(duration)
+        self.exporter.last_cycle_duration.set(duration)
         self.exporter.cycles.labels(result="ok").inc()
         self.exporter.last_cycle.set(time.time())
         self.exporter.variants.set(len(contexts))
@@ -622,6 +625,7 @@ class Engine:
             min_replicas=low,
             max_replicas=high,
             share_group=group,
+            held=metrics is None,
         )
 
     async def _plan(
@@ -632,12 +636,8 @@ class Engine:
         cfg: MainConfig,
         config_error: str | None,
     ) -> PlanOutcome:
-        # Only variants with good metrics are planned; the others hold (policy rule 1).
-        planned = tuple(
-            c.planned
-            for c in contexts
-            if c.planned is not None and c.lookup is not None and c.lookup.state == "ok"
-        )
+        # Variants without good metrics go in as held: not re-planned, but their GPUs count.
+        planned = tuple(c.planned for c in contexts if c.planned is not None)
         if config_error is not None or costs is None or classes is None:
             self.exporter.set_optimizer_status("config_error")
             return PlanOutcome(status="config_error", solve_seconds=0.0, decisions={})
@@ -1278,152 +1278,167 @@ class Runtime:
         logger.info("stopped")
 
 
-# --- planning -------------------------------------------------------------------------------------------
+# --- planning: the optimizer's code path ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _ClassEntry:
-    class_name: str
-    priority: int
-    ttft: float
-    itl: float
+def resolve_service_class(
+    va: VariantAutoscaling, classes: Any, data: Mapping[str, str], classes_config_map: str
+) -> tuple[Any, str] | None:
+    """The variant's service class and SLOs (a ``ServiceTarget``), and how it was found.
 
-
-def _parse_costs(data: Mapping[str, str]) -> dict[str, tuple[str, float]]:
-    """accelerator-unit-costs (WVA's format): name -> (device type, unit cost)."""
-    import json
-
-    out: dict[str, tuple[str, float]] = {}
-    for name, raw in data.items():
-        try:
-            entry = json.loads(raw)
-        except ValueError as exc:
-            raise ConfigError(f"accelerator-unit-costs[{name}] is not JSON: {exc}") from None
-        if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-            raise ConfigError(f"accelerator-unit-costs[{name}] must be a JSON object of strings")
-        try:
-            out[name] = (entry.get("device", ""), float(entry.get("cost", "")))
-        except ValueError:
-            logger.warning(
-                "accelerator-unit-costs[%s]: cost %r is not a number; ignored", name, entry.get("cost")
-            )
-    return out
-
-
-def _parse_classes(data: Mapping[str, str]) -> dict[str, tuple[str, int, dict[str, tuple[float, float]]]]:
-    """service-classes-config (WVA's format): key -> (class name, priority, model -> (TTFT, ITL))."""
-    import yaml
-
-    out: dict[str, tuple[str, int, dict[str, tuple[float, float]]]] = {}
-    for key, raw in data.items():
-        try:
-            doc = yaml.safe_load(raw)
-            name = str(doc["name"])
-            priority = int(doc.get("priority", 100))
-            entries = {
-                str(e["model"]): (float(int(e.get("slo-ttft", 0))), float(int(e.get("slo-tpot", 0))))
-                for e in doc.get("data") or ()
-            }
-        except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            logger.warning("service-classes-config[%s] is not a valid service class: %s", key, exc)
-            continue
-        out[key] = (name, priority if 1 <= priority <= 100 else 100, entries)
-    return out
-
-
-def resolve_slo(
-    va: VariantAutoscaling,
-    classes: Mapping[str, tuple[str, int, Mapping[str, tuple[float, float]]]],
-    classes_config_map: str,
-) -> tuple[_ClassEntry, str] | None:
-    """The variant's service class and targets, and how they were found.
-
-    ``sloClassRef`` is honoured when it names a class — a key of the service-classes ConfigMap, or a
-    class name — that has an entry for the model; otherwise the class is found by ``modelID`` as WVA
-    does (highest priority first, then key order, so the result does not depend on map order).
+    ``sloClassRef`` is honoured when it names a class that has an entry for the model: either a key
+    of the service-classes ConfigMap (``name`` = that ConfigMap, ``key`` = e.g. ``premium.yaml``) or a
+    class name (``name: premium`` for the class ``Premium``). Otherwise the class is found by
+    ``modelID``, as WVA does (highest priority first, then key order, so the result is deterministic).
     """
+    from variant_autoscaler.api.configmaps import parse_service_classes
+    from variant_autoscaler.core.model import ServiceTarget, find_service_class
+
     ref = va.spec.slo_class_ref
     model = va.spec.model_id
-    named: list[str] = []
-    if ref.name == classes_config_map and ref.key in classes:
-        named = [ref.key]
+    named: list[Any] = []
+    if ref.name == classes_config_map and ref.key in data:
+        named = list(parse_service_classes({ref.key: data[ref.key]}).classes)
     else:
-        named = [k for k, (name, _, _) in classes.items() if name.lower() == ref.name.lower()]
-    for key in named:
-        name, priority, entries = classes[key]
-        if model in entries:
-            ttft, itl = entries[model]
-            return _ClassEntry(name, priority, ttft, itl), f"class {name} (sloClassRef)"
-    found = sorted((priority, key) for key, (_, priority, entries) in classes.items() if model in entries)
-    if not found:
+        named = [c for c in classes.classes if c.name.lower() == ref.name.lower()]
+    for cls in named:
+        target = cls.target(model)
+        if target is not None:
+            return ServiceTarget.of(cls, target), f"class {cls.name} (sloClassRef)"
+    found = find_service_class(classes.classes, model)
+    if found is None:
         return None
-    name, priority, entries = classes[found[0][1]]
-    ttft, itl = entries[model]
-    return _ClassEntry(name, priority, ttft, itl), f"class {name} (by modelID)"
+    return ServiceTarget.of(*found), f"class {found[0].name} (by modelID)"
 
 
-class WvaPlanner:
-    """WVA's decision path: each variant sized on its own accelerator (unlimited mode).
+class OptimizerPlanner:
+    """The global optimizer behind the engine's planning seam — the same path as ``variant-autoscaler
+    plan``: the ConfigMaps parsed by :mod:`variant_autoscaler.api.configmaps`, one ``VariantInput`` per
+    VariantAutoscaling, one :func:`variant_autoscaler.core.optimizer.optimize` call for all of them.
 
-    Interim planner used until the global optimizer is wired in; same inputs and outputs.
+    * Unlimited (WVA's) or limited mode and the saturation policy come from the main ConfigMap; limited
+      mode gets the GPU inventory.
+    * A variant keeps its accelerator unless ``KEEP_ACCELERATOR=false``.
+    * The batch size is the one the server runs (``--max-num-seqs``, else the profile's
+      ``maxBatchSize``); with ``BATCH_SIZES > 1`` smaller ones are tried for variants that let the
+      operator apply them (``spec.actuation.applyMaxBatch``).
+    * Variants sharing their model's load (``shareModelLoad``) each carry an equal part of it: the
+      collector measures the model's load once per namespace, and the optimizer pools a group by
+      adding its members' loads.
+    * Variants without fresh metrics are passed as held: the optimizer keeps their allocation (and, in
+      limited mode, counts the GPUs they hold).
     """
 
     def plan(self, request: PlanRequest) -> PlanOutcome:
-        from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+        from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+        from variant_autoscaler.core.model import (
+            Load,
+            OptimizerConfig,
+            Outcome,
+            Profile,
+            SaturationPolicy,
+            VariantInput,
+        )
+        from variant_autoscaler.core.optimizer import optimize
         from variant_autoscaler.core.queueing import ServiceParms
-        from variant_autoscaler.errors import InfeasibleError, ModelError
 
         started = time.perf_counter()
-        costs = _parse_costs(request.accelerator_costs)
-        classes = _parse_classes(request.service_classes)
-        decisions: dict[VariantKey, VariantPlan] = {}
+        costs = parse_accelerator_costs(request.accelerator_costs)
+        classes = parse_service_classes(request.service_classes)
+        for problem in (*costs.problems, *classes.problems):
+            logger.warning("ignored: %s", problem)
+        members: dict[str, int] = {}
+        for v in request.variants:
+            if v.share_group is not None and not v.held:
+                members[v.share_group] = members.get(v.share_group, 0) + 1
+        inputs: list[Any] = []
+        keys: dict[str, VariantKey] = {}
+        how: dict[VariantKey, str] = {}
         failures: dict[VariantKey, str] = {}
         for v in request.variants:
-            slo = resolve_slo(v.va, classes, request.service_classes_name)
-            if slo is None:
+            resolved = resolve_service_class(
+                v.va, classes, request.service_classes, request.service_classes_name
+            )
+            if resolved is None:
                 failures[v.key] = f"no service class has an entry for model {v.va.spec.model_id!r}"
                 continue
-            if v.accelerator not in costs:
-                failures[v.key] = f"accelerator {v.accelerator!r} is not in accelerator-unit-costs"
-                continue
-            profile = v.va.spec.profile_for(v.accelerator)
-            assert profile is not None
-            parms = profile.perf_parms
-            try:
-                sizing = size_allocation(
-                    accelerator=v.accelerator,
-                    unit_cost=costs[v.accelerator][1],
-                    acc_count=profile.acc_count,
-                    parms=ServiceParms(parms.alpha, parms.beta, parms.gamma, parms.delta),
-                    max_batch_size=profile.max_batch_size,
-                    load=Load(v.load.arrival_rate_rpm, v.load.avg_input_tokens, v.load.avg_output_tokens),
-                    slo=SLO(ttft=slo[0].ttft, itl=slo[0].itl),
-                    min_replicas=v.min_replicas,
+            service, how[v.key] = resolved
+            profiles = tuple(
+                Profile(
+                    accelerator=p.acc,
+                    acc_count=p.acc_count,
+                    max_batch_size=p.max_batch_size,
+                    parms=ServiceParms(
+                        p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
+                    ),
                 )
-            except (InfeasibleError, ModelError) as exc:
-                failures[v.key] = f"infeasible on {v.accelerator}: {exc}"
-                continue
-            decisions[v.key] = VariantPlan(
-                accelerator=sizing.accelerator or v.accelerator,
-                replicas=sizing.replicas,
-                max_batch=sizing.max_batch or profile.max_batch_size,
-                cost=sizing.cost,
-                ttft_ms=sizing.ttft,
-                itl_ms=sizing.itl,
-                reason=(
-                    f"{sizing.replicas} replicas on {v.accelerator} meet {slo[1]} "
-                    f"(TTFT {slo[0].ttft:g} ms, ITL {slo[0].itl:g} ms) at "
-                    f"{v.load.arrival_rate_rpm:.2f} req/min"
-                ),
+                for p in v.va.spec.model_profile.accelerators
             )
+            share = members.get(v.share_group, 1) if v.share_group is not None else 1
+            applies_batch = bool(v.va.spec.actuation and v.va.spec.actuation.apply_max_batch)
+            try:
+                variant = VariantInput(
+                    name=v.key[1],
+                    namespace=v.key[0],
+                    model_id=v.va.spec.model_id,
+                    service=service,
+                    profiles=profiles,
+                    load=None
+                    if v.held
+                    else Load(
+                        v.load.arrival_rate_rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens
+                    ),
+                    current_accelerator=v.accelerator,
+                    current_replicas=v.current_replicas,
+                    min_replicas=v.min_replicas,
+                    max_replicas=v.max_replicas,
+                    keep_accelerator=request.config.keep_accelerator,
+                    max_batch_size=None if applies_batch else v.current_max_batch,
+                    share_load=v.share_group is not None,
+                )
+            except ConfigError as exc:
+                failures[v.key] = str(exc)
+                continue
+            inputs.append(variant)
+            keys[variant.key] = v.key
+        cfg = request.config
+        config = OptimizerConfig(
+            unlimited=cfg.optimizer_mode == "unlimited",
+            saturation_policy=SaturationPolicy.parse(cfg.saturation_policy),
+            batch_sizes=cfg.batch_sizes,
+            time_limit_s=max(1.0, min(10.0, cfg.interval_seconds / 2)),
+        )
+        plan = optimize(inputs, costs.accelerators, config, request.capacity, clock=time.perf_counter)
+        decisions: dict[VariantKey, VariantPlan] = {}
+        for variant in inputs:
+            key = keys[variant.key]
+            d = plan.decisions[variant.key]
+            if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
+                failures[key] = d.reason
+                continue
+            reason = f"{d.reason} [{how[key]}]"
+            if d.outcome is not Outcome.FULL:
+                reason = f"{d.outcome.value}: {reason}"
+            decisions[key] = VariantPlan(
+                accelerator=d.accelerator or variant.current_accelerator or "",
+                replicas=d.replicas,
+                max_batch=d.max_batch or None,
+                cost=d.cost,
+                ttft_ms=d.ttft if d.replicas > 0 else None,
+                itl_ms=d.itl if d.replicas > 0 else None,
+                reason=reason,
+            )
+        status = plan.status
+        if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
+            status = f"{status}, some infeasible"
         return PlanOutcome(
-            status="optimal" if not failures else ("partial" if decisions else "infeasible"),
+            status=status,
             solve_seconds=time.perf_counter() - started,
             decisions=decisions,
             failures=failures,
-            unit_costs={name: cost for name, (_, cost) in costs.items()},
+            unit_costs={name: acc.cost for name, acc in costs.accelerators.items()},
         )
 
 
 def default_planner() -> Planner:
-    return WvaPlanner()
+    return OptimizerPlanner()

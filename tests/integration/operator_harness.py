@@ -86,7 +86,7 @@ class OperatorProcess:
     def __init__(
         self,
         kubeconfig: Path,
-        namespace: str,
+        namespace: str | None,
         log_dir: Path,
         *,
         identity: str = "operator-a",
@@ -104,7 +104,8 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         argv = [
             str(BIN / "variant-autoscaler"), "run",
-            "--namespace", self.namespace,
+            # None: cluster-wide, as the Deployment in deploy/manager runs it.
+            *(["--namespace", self.namespace] if self.namespace else ["--all-namespaces"]),
             "--kubeconfig", str(self.kubeconfig),
             "--operator-namespace", OPERATOR_NS,
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
@@ -248,6 +249,12 @@ def deployment_replicas(cluster: LocalCluster, namespace: str, name: str) -> int
 
 
 def events(cluster: LocalCluster, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
+    """Events about VariantAutoscalings (optionally only about ``involved``)."""
     out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     items = json.loads(out)["items"]
-    return [e for e in items if involved is None or e["involvedObject"]["name"] == involved]
+    return [
+        e
+        for e in items
+        if e["involvedObject"].get("kind") == "VariantAutoscaling"
+        and (involved is None or e["involvedObject"]["name"] == involved)
+    ]

@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from localcluster import ClusterOptions, LocalCluster, read_versions, wait_for
@@ -98,11 +100,10 @@ def test_service_account_token_is_authorised_by_rbac(api_cluster: LocalCluster, 
 
 
 def test_kubectl_apply_helper_creates_objects(
-    kubectl_apply: object, kube_client: object, namespace: str
+    kubectl_apply: Callable[..., str], kube_client: Any, namespace: str
 ) -> None:
     from kubernetes import client
 
-    assert callable(kubectl_apply)
     kubectl_apply(
         textwrap.dedent(
             """\

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from localcluster import DEFAULT_GPU_INVENTORY, GpuNodeSpec, LocalCluster, wait_for
+from localcluster import DEFAULT_GPU_INVENTORY, ClusterOptions, GpuNodeSpec, LocalCluster, wait_for
 from localcluster.procs import proc_start_time
 from localcluster.pytest_plugin import Emulator, emulator_deployment
 
@@ -47,7 +48,9 @@ def test_default_inventory_nodes_are_ready_gpu_nodes(full_cluster: LocalCluster)
     vendors = {spec.vendor for spec in DEFAULT_GPU_INVENTORY}
     assert vendors == {"nvidia", "amd", "intel"}
     # kwok renews a Lease per node like a kubelet, so the node-lifecycle controller keeps them Ready.
-    coordination = __import__("kubernetes").client.CoordinationV1Api(full_cluster.api_client())
+    from kubernetes import client
+
+    coordination: Any = client.CoordinationV1Api(full_cluster.api_client())
     leases = {lease.metadata.name for lease in coordination.list_namespaced_lease("kube-node-lease").items}
     assert {spec.name for spec in DEFAULT_GPU_INVENTORY} <= leases
 
@@ -135,11 +138,12 @@ def test_removing_a_gpu_node_moves_its_pod(
         assert wait_for(moved, timeout=90, what="the pod to be recreated on the remaining Gaudi node")
         again = emulator.wait_for_endpoints(1)
         assert again[0].pod != first.pod
-    finally:
+    finally:  # leave the session's cluster with its default inventory
         if spec.name in full_cluster.nodes:
             full_cluster.remove_gpu_node(spec.name)
-        elif "gpu-gaudi2-0" not in full_cluster.nodes:
-            full_cluster.add_gpu_node(DEFAULT_GPU_INVENTORY[3])
+        gaudi = next(s for s in DEFAULT_GPU_INVENTORY if s.vendor == "intel")
+        if gaudi.name not in full_cluster.nodes:
+            full_cluster.add_gpu_node(gaudi)
 
 
 def test_prometheus_scrapes_the_emulator_behind_a_pod_with_its_namespace(
@@ -161,8 +165,8 @@ def test_prometheus_scrapes_the_emulator_behind_a_pod_with_its_namespace(
     assert sample["instance"] == endpoint.address
 
 
-@pytest.fixture
-def desired_replicas_exporter(full_cluster: LocalCluster) -> Iterator[Any]:
+@contextlib.contextmanager
+def _desired_replicas_exporter(cluster: LocalCluster) -> Iterator[Any]:
     """A /metrics endpoint that publishes `inferno_desired_replicas` the way the operator does."""
     from localcluster.net import free_port
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
@@ -176,7 +180,7 @@ def desired_replicas_exporter(full_cluster: LocalCluster) -> Iterator[Any]:
     )
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
-    prometheus = full_cluster.prometheus_server()
+    prometheus = cluster.prometheus_server()
     # Like the operator's target: the target's own `namespace` turns the VA's into `exported_namespace`.
     prometheus.add_targets(
         "desired-replicas", [f"127.0.0.1:{port}"], {"namespace": "variant-autoscaler-system"}
@@ -187,6 +191,24 @@ def desired_replicas_exporter(full_cluster: LocalCluster) -> Iterator[Any]:
         prometheus.remove_targets("desired-replicas")
         server.shutdown()
         thread.join(10)
+
+
+@pytest.fixture
+def desired_replicas_exporter(full_cluster: LocalCluster) -> Iterator[Any]:
+    with _desired_replicas_exporter(full_cluster) as gauge:
+        yield gauge
+
+
+def _external_metric_values(cluster: LocalCluster, namespace: str) -> list[str]:
+    result = cluster.kubectl(
+        "get",
+        "--raw",
+        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/inferno_desired_replicas",
+        check=False,
+    )
+    if result.returncode != 0:
+        return []
+    return [item["value"] for item in json.loads(result.stdout)["items"]]
 
 
 def test_hpa_on_the_external_metric_scales_the_deployment(
@@ -221,7 +243,9 @@ def test_hpa_on_the_external_metric_scales_the_deployment(
             },
         }
     )
-    apps = __import__("kubernetes").client.AppsV1Api(full_cluster.api_client())
+    from kubernetes import client
+
+    apps: Any = client.AppsV1Api(full_cluster.api_client())
 
     def replicas() -> int:
         return int(apps.read_namespaced_deployment("variant-a", full_namespace).spec.replicas)
@@ -229,12 +253,22 @@ def test_hpa_on_the_external_metric_scales_the_deployment(
     gauge = desired_replicas_exporter
     gauge.labels("variant-a", full_namespace, "A100").set(3)
     assert wait_for(lambda: replicas() == 3, timeout=120, what="the HPA to scale variant-a to 3")
-    raw = full_cluster.kubectl(
-        "get",
-        "--raw",
-        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{full_namespace}/inferno_desired_replicas",
-    ).stdout
-    items = json.loads(raw)["items"]
-    assert [item["value"] for item in items] == ["3"]
+    assert _external_metric_values(full_cluster, full_namespace) == ["3"]
     gauge.labels("variant-a", full_namespace, "A100").set(2)
     assert wait_for(lambda: replicas() == 2, timeout=120, what="the HPA to scale variant-a down to 2")
+
+
+def test_adapter_reads_prometheus_over_verified_https() -> None:
+    """With `prometheus_tls`, Prometheus serves HTTPS and the adapter verifies it with the cluster CA."""
+    with LocalCluster(ClusterOptions(profile="full", prometheus_tls=True, gpu_nodes=())) as cluster:
+        assert cluster.prometheus_url.startswith("https://")
+        assert cluster.prometheus_ca_file == cluster.ca_file
+        namespace = "tls-check"
+        with _desired_replicas_exporter(cluster) as gauge:
+            gauge.labels("variant-b", namespace, "MI300X").set(5)
+            values = wait_for(
+                lambda: _external_metric_values(cluster, namespace),
+                timeout=90,
+                what="the adapter to serve the metric from the HTTPS Prometheus",
+            )
+            assert values == ["5"]

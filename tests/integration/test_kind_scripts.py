@@ -158,6 +158,7 @@ def env(control_plane: LocalCluster, tmp_path: Path) -> dict[str, str]:
         "VA_DELETE_WAIT": "false",
         "KIND_DEMO_INTERVAL": "1",
         "KIND_DEMO_RATE": "[[5, 60]]",
+        "VA_KIND_OUT_DIR": str(tmp_path / "out"),
     }
 
 
@@ -330,7 +331,7 @@ def test_kind_up_deploy_demo_and_down(control_plane: LocalCluster, env: dict[str
     assert _gone(control_plane, "get", "crd", "variantautoscalings.llmd.ai")
     run("kind-down.sh", env=env)
     assert "no kind cluster" in run("kind-down.sh", env=env)
-    assert not (ROOT / "_out" / "kind").exists()
+    assert not Path(env["VA_KIND_OUT_DIR"]).exists()
 
 
 SERVICEMONITOR_CRD = {

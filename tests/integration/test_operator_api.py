@@ -30,7 +30,7 @@ from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import KubeClient, load_credentials
 from variant_autoscaler.adapters.lease import AlwaysLeader
-from variant_autoscaler.engine import Engine, WvaPlanner
+from variant_autoscaler.engine import Engine, OptimizerPlanner
 from variant_autoscaler.settings import Settings
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"  # discard port: connection refused
@@ -79,7 +79,11 @@ def test_invalid_specs_are_rejected_by_the_api_server(
 def test_wva_sample_and_our_sample_are_accepted_unchanged(api_cluster: LocalCluster, sa_config: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     api_cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm-d-sim"}})
-    out = api_cluster.kubectl("apply", "--dry-run=server", "-f", str(root / "deploy" / "samples")).stdout
+    samples = root / "deploy" / "samples"
+    out = "".join(
+        api_cluster.kubectl("apply", "--dry-run=server", "-f", str(samples / name)).stdout
+        for name in ("variantautoscaling.yaml", "variantautoscaling-patch.yaml")
+    )
     assert "vllme-deployment" in out and "granite-13b-l40s" in out
 
 
@@ -151,7 +155,7 @@ def test_status_conflict_is_retried_with_a_fresh_read(
             exporter=exporter,
             events=EventRecorder(kube, instance="test"),
             leader=AlwaysLeader(),
-            planner=WvaPlanner(),
+            planner=OptimizerPlanner(),
             vas=lambda: [copy.deepcopy(stale)],
             nodes=lambda: [],
             clock=lambda: datetime.now(UTC),

@@ -137,6 +137,11 @@ class Exporter:
         self.cycles = Counter(
             "variant_autoscaler_cycles", "Completed cycles by result.", ["result"], registry=r
         )
+        self.last_cycle_duration = Gauge(
+            "variant_autoscaler_last_cycle_duration_seconds",
+            "Wall time of the last completed cycle.",
+            registry=r,
+        )
         self.last_cycle = Gauge(
             "variant_autoscaler_last_cycle_timestamp_seconds",
             "Unix time at which the last cycle completed.",

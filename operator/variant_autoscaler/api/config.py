@@ -18,6 +18,12 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           adds more anyway (default ``10m``)
 ``BATCH_STABLE_CYCLES``                   cycles a new batch size must persist before patch mode
                                           applies it (default ``3``)
+``BATCH_SIZES``                           batch sizes the optimizer tries per accelerator: the
+                                          server's, then halving (default ``1``: the server's only,
+                                          as WVA; more only matters with ``applyMaxBatch``)
+``KEEP_ACCELERATOR``                      ``true`` (default, WVA's): a variant stays on the accelerator
+                                          it runs on; ``false`` lets the plan recommend another one
+                                          of its profile (reported; actuation cannot move hardware)
 ========================================  ===========================================================
 
 Parsing is pure: :func:`parse_main_config` takes the ConfigMap's ``data`` and the environment overrides
@@ -163,6 +169,8 @@ class MainConfig(BaseModel):
     queue_drain_seconds: float = 300.0
     pending_timeout_seconds: float = 600.0
     batch_stable_cycles: int = 3
+    batch_sizes: int = 1
+    keep_accelerator: bool = True
 
     @property
     def min_replicas_default(self) -> int:
@@ -226,6 +234,17 @@ def parse_main_config(
     if batch_stable_cycles < 1:
         raise ConfigError(f"BATCH_STABLE_CYCLES={cycles_raw!r} must be at least 1")
 
+    sizes_raw = cm.get("BATCH_SIZES", "").strip()
+    try:
+        batch_sizes = int(sizes_raw) if sizes_raw else 1
+    except ValueError:
+        raise ConfigError(f"BATCH_SIZES={sizes_raw!r} is not an integer") from None
+    if not 1 <= batch_sizes <= 16:
+        raise ConfigError(f"BATCH_SIZES={sizes_raw!r} must be between 1 and 16")
+    keep_raw = cm.get("KEEP_ACCELERATOR", "true").strip().lower()
+    if keep_raw not in ("true", "false"):
+        raise ConfigError(f"KEEP_ACCELERATOR={keep_raw!r} must be true or false")
+
     stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
     return MainConfig(
         prometheus=prometheus,
@@ -242,4 +261,6 @@ def parse_main_config(
         queue_drain_seconds=_duration(cm, "QUEUE_DRAIN_TIME", 300.0, positive=True),
         pending_timeout_seconds=_duration(cm, "PENDING_REPLICAS_TIMEOUT", 600.0),
         batch_stable_cycles=batch_stable_cycles,
+        batch_sizes=batch_sizes,
+        keep_accelerator=keep_raw == "true",
     )

@@ -284,7 +284,8 @@ class OptimizerConfig:
     * ``batch_sizes``: how many batch sizes per profile to try (the profile's ``maxBatchSize``, then
       halving); 1 fixes the batch at the profile's value, as WVA does.
     * ``mip_rel_gap``: relative MIP gap at which HiGHS stops; ``time_limit_s``: wall-clock limit for
-      all MILP solves of one plan (the best solution found so far is used, with its gap reported).
+      all MILP solves of one plan when ``optimize`` is given a clock, for each solve otherwise (the
+      best solution found so far is used, with its gap reported).
     """
 
     unlimited: bool = True

@@ -450,34 +450,40 @@ def _spread(
 ) -> None:
     """Round-robin policies: even out partial allocations where that loses no load and adds no cost.
 
-    Moves one replica at a time from a partially served variant with more replicas to one with fewer
-    (or none) on the same device type, when the receiver serves at least as much priority-weighted load
-    per replica, costs no more per replica and occupies as many devices.
+    Moves one replica at a time from a partially served variant with the most replicas to one with at
+    least two fewer (or none) on the same device type, when the receiver serves at least as much
+    priority-weighted load per replica, costs no more per replica and occupies as many devices.
     """
-    keys = [k for k in sorted(assignments) if not assignments[k].full]
     groups: dict[int, list[str]] = {}
-    for k in keys:
-        group = variants[k].priority if policy is SaturationPolicy.PRIORITY_ROUND_ROBIN else 0
-        groups.setdefault(group, []).append(k)
+    for key in sorted(assignments):
+        if not assignments[key].full:
+            group = variants[key].priority if policy is SaturationPolicy.PRIORITY_ROUND_ROBIN else 0
+            groups.setdefault(group, []).append(key)
+
+    def receiving_option(receiver: str, donor: Candidate) -> Candidate | None:
+        current = assignments[receiver].option
+        if current is not None:
+            return current
+        if variants[receiver].min_replicas > 1:
+            return None
+        return next((o for o in options[receiver] if o.device == donor.device), None)
+
     for members in groups.values():
-        for _ in range(10_000):
+        budget = sum(assignments[k].replicas for k in members)
+        for _ in range(budget):
+            donors = sorted(members, key=lambda k: (-assignments[k].replicas, k))
+            receivers = sorted(members, key=lambda k: (assignments[k].replicas, k))
             moved = False
-            for donor in members:
+            for donor in donors:
                 d = assignments[donor]
                 if d.option is None or d.replicas <= max(variants[donor].min_replicas, 1):
                     continue
                 d_value = priority_weight(variants[donor].priority) * d.option.rate_per_replica
-                for receiver in members:
-                    if receiver == donor:
-                        continue
+                for receiver in receivers:
                     r = assignments[receiver]
                     if r.replicas + 2 > d.replicas:
-                        continue
-                    option = r.option
-                    if option is None:
-                        if variants[receiver].min_replicas > 1:
-                            continue
-                        option = next((o for o in options[receiver] if o.device == d.option.device), None)
+                        break  # receivers are sorted by replicas: none further can take one
+                    option = None if receiver == donor else receiving_option(receiver, d.option)
                     if (
                         option is None
                         or option.device != d.option.device
@@ -513,14 +519,18 @@ def _usage(assignments: Mapping[str, _Assignment]) -> dict[str, int]:
 def _binding(
     capacity: Mapping[str, int],
     used: Mapping[str, int],
-    limited: Mapping[str, tuple[Candidate, ...]],
+    limited: Mapping[str, Sequence[tuple[Candidate, int]]],
 ) -> tuple[BindingConstraint, ...]:
-    """Device types whose remaining capacity cannot hold one more replica a limited variant wanted."""
+    """Device types whose remaining capacity cannot hold what a limited variant wanted there.
+
+    ``limited`` maps each variant that got less than it wanted (less load served, or a dearer
+    accelerator) to the options it wanted and the devices each would have needed.
+    """
     hit: dict[str, set[str]] = {}
     for key, wanted in limited.items():
-        for option in wanted:
+        for option, needed in wanted:
             free = capacity.get(option.device, 0) - used.get(option.device, 0)
-            if free < option.units_per_replica:
+            if free < needed:
                 hit.setdefault(option.device, set()).add(key)
     return tuple(
         BindingConstraint(device, capacity.get(device, 0), used.get(device, 0), tuple(sorted(hit[device])))
@@ -857,7 +867,11 @@ def _limited(
             filled[key] = MemberResult(key, option, minimum, True)
 
     # Decisions.
-    limited: dict[str, tuple[Candidate, ...]] = {}
+    limited: dict[str, list[tuple[Candidate, int]]] = {}
+
+    def one_more(options_: Sequence[Candidate]) -> list[tuple[Candidate, int]]:
+        return [(o, o.units_per_replica) for o in options_]
+
     for unit in units:
         if unit.pooled:
             continue
@@ -870,14 +884,20 @@ def _limited(
             member.options, key=lambda o: (_capped(variant, o) * o.cost_per_replica, o.accelerator)
         )
         if a.option is None or a.replicas <= 0:
-            limited[member.key] = member.options
+            limited[member.key] = (
+                one_more(member.options)
+                if policy.allows_partial
+                else [(o, _capped(variant, o) * o.units_per_replica) for o in member.options]
+            )
             decisions[member.key] = _decision(
                 variant,
                 cheapest,
                 0,
                 served=0.0,
                 outcome=Outcome.UNSERVED,
-                reason=_with_rejections(_unserved_reason(variant, member.options, free, used, policy), cset),
+                reason=_with_rejections(
+                    _unserved_reason(variant, member.options, capacity, used, policy), cset
+                ),
             )
             continue
         option = a.option
@@ -890,7 +910,7 @@ def _limited(
             ):
                 reason = f"{text}; cheapest feasible accelerator"
             else:
-                limited[member.key] = (cheapest,)
+                limited[member.key] = [(cheapest, _capped(variant, cheapest) * cheapest.units_per_replica)]
                 reason = (
                     f"{text}; cheaper {cheapest.accelerator} not used: {cheapest.device} capacity is taken "
                     f"({_free_text(cheapest.device, capacity, used)})"
@@ -921,7 +941,7 @@ def _limited(
                 f"of {_rate(variant.load.arrival_rate)}"
             )
         else:
-            limited[member.key] = (option,)
+            limited[member.key] = one_more((option,))
             reason = (
                 f"limited by {option.device} capacity: {a.replicas} of {needed} replicas "
                 f"of {option.accelerator} "
@@ -951,14 +971,14 @@ def _limited(
         )
         if unit_result.served < pools[key].load.arrival_rate / 60.0 * (1 - 1e-9):
             for m in members:
-                limited[m.key] = prepared.candidates[m.key].best_per_accelerator()
+                limited[m.key] = one_more(prepared.candidates[m.key].best_per_accelerator())
     for key in presence:
         variant = by_key[key]
         member_result = filled.get(key)
         cset = prepared.candidates[key]
         if member_result is None or member_result.option is None:
             options_ = cset.best_per_accelerator()
-            limited[key] = options_
+            limited[key] = [(o, max(variant.min_replicas, 1) * o.units_per_replica) for o in options_]
             decisions[key] = _decision(
                 variant,
                 options_[0],
@@ -985,7 +1005,7 @@ def _limited(
     for device, keys in reserved_by.items():
         if reserved.get(device, 0) > capacity.get(device, 0):
             for key in keys:
-                limited.setdefault(key, ())
+                limited.setdefault(key, [])
     ordered = {k: decisions[k] for k in sorted(decisions)}
     usage = _device_usage(ordered, by_key, accelerators)
     binding = _binding(capacity, usage, limited)
@@ -1017,22 +1037,22 @@ def _free_text(device: str, capacity: Mapping[str, int], used: Mapping[str, int]
 def _unserved_reason(
     variant: VariantInput,
     options: tuple[Candidate, ...],
-    free: Mapping[str, int],
+    capacity: Mapping[str, int],
     used: Mapping[str, int],
     policy: SaturationPolicy,
 ) -> str:
-    cheapest = min(options, key=lambda o: (_capped(variant, o) * o.cost_per_replica, o.accelerator))
-    replicas = _capped(variant, cheapest)
-    devices = sorted({o.device for o in options})
-    parts = [f"{d} has {max(free.get(d, 0), 0)} free before allocation" for d in devices]
-    base = (
-        f"no replicas: the cheapest way to serve it needs {replicas} × {cheapest.accelerator} "
-        f"({replicas * cheapest.units_per_replica} {cheapest.device}) and capacity went to higher-priority "
-        f"or more efficient variants ({'; '.join(parts)})"
+    ranked = sorted(options, key=lambda o: (_capped(variant, o) * o.cost_per_replica, o.accelerator))
+    needs = [
+        f"{_capped(variant, o)} × {o.accelerator} ({o.device}: {_free_text(o.device, capacity, used)})"
+        for o in ranked[:4]
+    ]
+    text = (
+        f"no capacity left for it: serving its load needs {' or '.join(needs)}; "
+        "higher-priority or more efficiently served variants use that capacity"
     )
     if not policy.allows_partial:
-        base += "; saturation policy None allocates no partial replicas"
-    return base
+        text += "; saturation policy None allocates no partial replicas"
+    return text
 
 
 def served_by_priority(plan: Plan, variants: Sequence[VariantInput]) -> dict[int, float]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -42,10 +43,11 @@ from variant_autoscaler.sim.scenario import Scenario, Variant
 from variant_autoscaler.sim.traffic import Arrivals
 
 if TYPE_CHECKING:
-    from variant_autoscaler.engine import Planner, PlanOutcome
+    from variant_autoscaler.engine import Planner, PlanOutcome, PlanRequest
 
 __all__ = [
     "NAMESPACE",
+    "OptimizerPlanner",
     "OptimizerPolicy",
     "OraclePolicy",
     "PlanInputs",
@@ -57,6 +59,7 @@ __all__ = [
 NAMESPACE = "sim"
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)  # simulated t = 0 as a wall-clock time for the replica policy
 PEAK_WINDOW_S = 300.0
+TREND_WINDOW_S = 300.0
 
 LoadSource = Literal["wva", "ours"]
 
@@ -166,16 +169,119 @@ def _int_ms(value: float, scale: float) -> int:
     return max(1, math.floor(value * scale))
 
 
-def default_planner() -> Planner:
-    """The operator's planner (the optimizer behind the engine's planning seam)."""
-    from variant_autoscaler import engine
+class OptimizerPlanner:
+    """The global optimizer (:func:`variant_autoscaler.core.optimizer.optimize`) behind the engine's
+    planning seam: the ConfigMap data parsed with the operator's parsers, one
+    :class:`~variant_autoscaler.core.model.VariantInput` per VA, WVA's unlimited mode or limited mode
+    from the main config, and the plan's decisions handed back as the engine expects them.
 
-    factory: Callable[[], Planner] | None = getattr(engine, "default_planner", None)
-    if factory is None:
-        raise ConfigError(
-            "the operator's planner (variant_autoscaler.engine.default_planner) is not available"
+    Each variant keeps its accelerator (a Deployment runs on one type); the batch size is the
+    profile's ``maxBatchSize`` (``batch_sizes = 1``), the one its pods run, since the operator only
+    changes ``--max-num-seqs`` when a VA opts in.
+    """
+
+    def __init__(self, *, batch_sizes: int = 1) -> None:
+        self.batch_sizes = batch_sizes
+
+    def plan(self, request: PlanRequest) -> PlanOutcome:
+        from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+        from variant_autoscaler.core.model import (
+            Load,
+            OptimizerConfig,
+            Outcome,
+            Profile,
+            SaturationPolicy,
+            ServiceParms,
+            ServiceTarget,
+            VariantInput,
+            find_service_class,
         )
-    return factory()
+        from variant_autoscaler.core.optimizer import optimize
+        from variant_autoscaler.engine import PlanOutcome, VariantPlan
+
+        costs = parse_accelerator_costs(request.accelerator_costs, strict=True)
+        classes = parse_service_classes(request.service_classes, strict=True)
+        # Every VA of a model carries the model's load (the collector groups by model_name), while
+        # the optimizer pools a share group by adding its members' loads: give each member its part.
+        members: dict[str, int] = {}
+        for v in request.variants:
+            if v.share_group is not None:
+                members[v.share_group] = members.get(v.share_group, 0) + 1
+        inputs: list[VariantInput] = []
+        failures: dict[tuple[str, str], str] = {}
+        for v in request.variants:
+            found = find_service_class(classes.classes, v.va.spec.model_id)
+            if found is None:
+                failures[v.key] = f"no service class has an entry for model {v.va.spec.model_id!r}"
+                continue
+            profiles = tuple(
+                Profile(
+                    accelerator=p.acc,
+                    acc_count=p.acc_count,
+                    max_batch_size=p.max_batch_size,
+                    parms=ServiceParms(
+                        p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
+                    ),
+                )
+                for p in v.va.spec.model_profile.accelerators
+            )
+            inputs.append(
+                VariantInput(
+                    name=v.key[1],
+                    namespace=v.key[0],
+                    model_id=v.va.spec.model_id,
+                    service=ServiceTarget.of(*found),
+                    profiles=profiles,
+                    load=Load(
+                        v.load.arrival_rate_rpm / (members[v.share_group] if v.share_group else 1),
+                        v.load.avg_input_tokens,
+                        v.load.avg_output_tokens,
+                    ),
+                    current_accelerator=v.accelerator,
+                    current_replicas=v.current_replicas,
+                    min_replicas=v.min_replicas,
+                    max_replicas=v.max_replicas,
+                    keep_accelerator=True,
+                    share_load=v.share_group is not None,
+                )
+            )
+        cfg = request.config
+        config = OptimizerConfig(
+            unlimited=cfg.optimizer_mode == "unlimited",
+            saturation_policy=SaturationPolicy.parse(cfg.saturation_policy),
+            batch_sizes=self.batch_sizes,
+        )
+        started = time.perf_counter()
+        plan = optimize(inputs, costs.accelerators, config, request.capacity)
+        elapsed = time.perf_counter() - started
+        decisions: dict[tuple[str, str], VariantPlan] = {}
+        for variant in inputs:
+            d = plan.decisions[variant.key]
+            key = (variant.namespace, variant.name)
+            if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
+                failures[key] = d.reason
+                continue
+            decisions[key] = VariantPlan(
+                accelerator=d.accelerator or variant.current_accelerator or "",
+                replicas=d.replicas,
+                max_batch=d.max_batch or None,
+                cost=d.cost,
+                ttft_ms=d.ttft or None,
+                itl_ms=d.itl or None,
+                reason=d.reason,
+            )
+        return PlanOutcome(
+            status=plan.status,
+            solve_seconds=elapsed,
+            decisions=decisions,
+            failures=failures,
+            unit_costs={name: acc.cost for name, acc in costs.accelerators.items()},
+        )
+
+
+def default_planner() -> Planner:
+    """The planner the simulated policies use: :class:`OptimizerPlanner`."""
+    return OptimizerPlanner()
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +370,7 @@ class OptimizerPolicy(Policy):
         stabilization_s: float | None = None,
         pending_timeout_s: float | None = None,
         slo_scale: float = 1.0,
+        forecast_s: float = 0.0,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError("a decision interval must be > 0")
@@ -286,6 +393,10 @@ class OptimizerPolicy(Policy):
         )
         self._state: dict[str, _VariantState] = {v.name: _VariantState() for v in scenario.variants}
         self.last_outcome: PlanOutcome | None = None
+        if forecast_s < 0:
+            raise ConfigError("forecast_s must be >= 0")
+        self.forecast_s = forecast_s
+        self._history: dict[str, list[tuple[float, float]]] = {}  # model -> (time, demand rpm)
 
     @property
     def planner(self) -> Planner:
@@ -341,6 +452,8 @@ class OptimizerPolicy(Policy):
     def decide(self, obs: Observation) -> Mapping[str, Action]:
         cfg = self.inputs.config
         loads = observed_loads(obs, self.scenario, self.load_source, cfg.queue_drain_seconds)
+        if self.forecast_s > 0:
+            loads = self._forecast(obs.now, loads)
         # A model's series exist while some pod of it is scraped (WVA's availability check; the
         # operator's staleness check); with none, the variant is skipped (WVA) or held (ours).
         metrics_ok = {
@@ -369,6 +482,22 @@ class OptimizerPolicy(Policy):
             if desired != view.desired:
                 actions[var.name] = Action(replicas=desired)
         return actions
+
+    def _forecast(self, now: float, loads: Mapping[str, ModelLoad]) -> dict[str, ModelLoad]:
+        """Experiment: add the demand's recent rise (slope over the last 5 minutes of decisions)
+        projected ``forecast_s`` ahead; a falling demand is not projected."""
+        out: dict[str, ModelLoad] = {}
+        for model, load in loads.items():
+            hist = self._history.setdefault(model, [])
+            hist.append((now, load.rpm))
+            while hist and hist[0][0] < now - TREND_WINDOW_S:
+                hist.pop(0)
+            t0, r0 = hist[0]
+            slope = (load.rpm - r0) / (now - t0) if now > t0 else 0.0
+            out[model] = ModelLoad(
+                load.rpm + max(0.0, slope) * self.forecast_s, load.avg_input_tokens, load.avg_output_tokens
+            )
+        return out
 
     def _apply_replica_policy(
         self,
@@ -433,16 +562,19 @@ def ours_policy(
     interval_s: float = 60.0,
     planner: Planner | None = None,
     slo_scale: float = 1.0,
+    forecast_s: float = 0.0,
     name: str = "ours",
 ) -> OptimizerPolicy:
     """Our operator in patch mode: limited mode, shared model load, demand from the queue, replica policy.
 
-    ``slo_scale < 1`` is an experiment, not the operator's behaviour: plan against SLOs scaled by it.
+    ``slo_scale < 1`` and ``forecast_s > 0`` are experiments, not the operator's behaviour: plan
+    against SLOs scaled by ``slo_scale``; add the demand's recent rise projected ``forecast_s`` ahead.
     """
     return OptimizerPolicy(
         scenario,
         name=name,
         slo_scale=slo_scale,
+        forecast_s=forecast_s,
         interval_s=interval_s,
         mode="limited",
         load_source="ours",

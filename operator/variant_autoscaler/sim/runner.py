@@ -57,6 +57,11 @@ def make_policy(
         return ours_policy(scenario, interval_s=opts.ours_interval_s)
     if (scale := _experiment_scale(name)) is not None:
         return ours_policy(scenario, interval_s=opts.ours_interval_s, slo_scale=scale, name=name)
+    if name == "ours+trend":
+        startup = max(m.startup_s for m in scenario.models)
+        return ours_policy(
+            scenario, interval_s=opts.ours_interval_s, forecast_s=startup + opts.ours_interval_s, name=name
+        )
     if name == "oracle":
         return OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
     known = sorted({*POLICY_NAMES, *opts.extra})
@@ -77,8 +82,11 @@ def _experiment_scale(name: str) -> float | None:
     return scale
 
 
+EXPERIMENTS: tuple[str, ...] = ("ours+trend", "ours@<scale>")
+
+
 def _known(name: str, options: PolicyOptions | None) -> bool:
-    if name in POLICY_NAMES or (options is not None and name in options.extra):
+    if name in POLICY_NAMES or name == "ours+trend" or (options is not None and name in options.extra):
         return True
     return _experiment_scale(name) is not None
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from sim_helpers import fake_factory, one_model
+from sim_helpers import fake_factory
 
 from variant_autoscaler.engine import PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
@@ -238,4 +238,89 @@ def test_ours_end_to_end_with_the_stand_in_planner() -> None:
     r = simulate(sc, policy, server_factory=fake_factory(slots=8))
     assert r.scale_ups["va"] >= 1 and r.scale_ups["vh"] == 0
     assert (r.dropped == 0).all()
-    assert one_model([1.0]).name == "tiny"
+
+
+def test_optimizer_planner_splits_a_share_group_and_keeps_accelerators() -> None:
+    from variant_autoscaler.sim.optimizing import ModelLoad, OptimizerPlanner, OptimizerPolicy
+
+    sc = two_variants([1.0])
+    policy = OptimizerPolicy(
+        sc,
+        name="t",
+        interval_s=60.0,
+        mode="limited",
+        load_source="ours",
+        share_load=True,
+        replica_policy=False,
+        wva_bounds=False,
+        planner=OptimizerPlanner(),
+    )
+    # Each VA carries the model's 600 req/min (as the model-grouped collector gives it); the plan must
+    # serve 600 in total, not 1200: the same as one variant planned alone for 600.
+    loads = {"m": ModelLoad(600.0, 100.0, 11.0)}
+    shared = policy.plan(loads, {"va": 1, "vh": 0}, {"A100": 4, "H100": 4})
+    alone = OptimizerPolicy(
+        replace(sc, variants=(sc.variants[0],)),
+        name="t",
+        interval_s=60.0,
+        mode="limited",
+        load_source="ours",
+        share_load=True,
+        replica_policy=False,
+        wva_bounds=False,
+        planner=OptimizerPlanner(),
+    ).plan(loads, {"va": 1}, {"A100": 4, "H100": 4})
+    single = alone.decisions[(NAMESPACE, "va")]
+    total_cost = sum(d.cost or 0.0 for d in shared.decisions.values())
+    assert total_cost <= (single.cost or 0.0) + 1e-9
+    assert shared.decisions[(NAMESPACE, "va")].accelerator == "A100"
+    assert shared.decisions[(NAMESPACE, "vh")].accelerator == "H100"
+
+
+def test_optimizer_planner_reproduces_wva_sizing() -> None:
+    from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+    from variant_autoscaler.core.queueing import ServiceParms
+    from variant_autoscaler.sim.optimizing import ModelLoad, OptimizerPlanner
+
+    sc = two_variants([1.0])
+    policy = wva_policy(sc, planner=OptimizerPlanner())
+    out = policy.plan({"m": ModelLoad(900.0, 100.0, 11.0)}, {"va": 1, "vh": 1}, {"A100": 4, "H100": 4})
+    for var, prof, cost in (("va", PROF_A, 40.0), ("vh", PROF_H, 100.0)):
+        expected = size_allocation(
+            accelerator=prof.accelerator,
+            unit_cost=cost,
+            acc_count=1,
+            parms=ServiceParms(prof.alpha, prof.beta, prof.gamma, prof.delta),
+            max_batch_size=prof.max_batch_size,
+            load=Load(900.0, 100.0, 11.0),
+            slo=SLO(ttft=500.0, itl=50.0),
+            min_replicas=1,
+        )
+        assert out.decisions[(NAMESPACE, var)].replicas == expected.replicas
+
+
+def test_forecast_adds_the_rise_only() -> None:
+    policy = ours_policy(two_variants([1.0]), planner=OnePerRps(), forecast_s=240.0, name="ours+trend")
+    views = {"va": view("va", success_rpm=60.0), "vh": view("vh", desired=0, ready=0)}
+    policy.decide(observation(60.0, views))
+    # Demand rose from 60 to 180 per minute in 120 s: +1/s per s, projected 240 s ahead: +240/min.
+    rising = {"va": view("va", success_rpm=180.0), "vh": view("vh", desired=0, ready=0)}
+    actions = policy.decide(observation(180.0, rising))
+    assert actions["va"].replicas == math.ceil((180.0 + 240.0) / 60.0)
+    falling = {"va": view("va", success_rpm=60.0, desired=7, ready=7), "vh": view("vh", desired=0, ready=0)}
+    planner = policy.planner
+    assert isinstance(planner, OnePerRps)
+    policy.decide(observation(240.0, falling))
+    assert planner.requests[-1].variants[0].load.arrival_rate_rpm == pytest.approx(60.0)
+
+
+def test_experiment_names() -> None:
+    from variant_autoscaler.errors import ConfigError
+    from variant_autoscaler.sim.runner import make_policy
+
+    sc = two_variants([1.0])
+    assert make_policy("ours@0.5", sc, {}).name == "ours@0.5"
+    assert make_policy("ours+trend", sc, {}).name == "ours+trend"
+    for bad in ("ours@2", "ours@x", "nope"):
+        with pytest.raises(ConfigError):
+            make_policy(bad, sc, {})

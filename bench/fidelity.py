@@ -1,0 +1,384 @@
+"""Fidelity of the emulator to the queueing analyzer: predicted vs measured mean TTFT, ITL, throughput.
+
+For each profile and load (a fraction of the analyzer's maximum rate ``rate_range[1]``), a real
+``vllm-emulator`` process is driven by a real ``vllm-loadgen`` process (Poisson arrivals, fixed prompt
+and output lengths equal to the analyzer's inputs, streaming, in-flight requests capped at the
+analyzer's ``K = N + 10·N`` so both block the same way). Three sets of figures are compared:
+
+* **analyzer**: ``QueueAnalyzer(N, None, ServiceParms(α, β, γ, δ), RequestSize(L_in, L_out)).analyze(λ)``;
+* **emulator metrics**: the means of ``vllm:time_to_first_token_seconds`` and
+  ``vllm:inter_token_latency_seconds`` over the run, and the completion rate from
+  ``vllm:request_success_total`` over the middle of the arrival window (what Prometheus would see);
+* **load generator**: the client-side means and completed requests per second of schedule.
+
+Everything is reported in emulated time: the emulator runs ``--time-scale s`` times faster, so
+client-side durations are multiplied by ``s`` and rates divided by it (the client's fixed HTTP and
+event-loop overhead, about a millisecond or two per response, is multiplied by ``s`` as well).
+
+Run: ``python bench/fidelity.py`` (prints the markdown section; about 10 minutes), or ``make bench``.
+``BENCH_FIDELITY_SECONDS`` sets the wall-clock seconds per point (default 45).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms
+from vllm_emulator.distributions import parse_distribution
+from vllm_emulator.engine import Engine, EngineConfig
+from vllm_emulator.engine import Profile as EngineProfile
+from vllm_emulator.engine import Sequence as EngineSequence
+from vllm_emulator.process import EmulatorProcess
+
+SECONDS = float(os.environ.get("BENCH_FIDELITY_SECONDS", "45"))
+ENGINE_REQUESTS = int(os.environ.get("BENCH_FIDELITY_ENGINE_REQUESTS", "40000"))
+LOADS = (0.20, 0.50, 0.80, 0.95, 1.30)
+EPSILON = 0.001  # the analyzer's rate range stops at μ_N·(1 − ε)
+COMMAND = "python bench/fidelity.py"
+TARGET_LOAD = 0.80
+TOLERANCE = {"itl": 0.10, "throughput": 0.10, "ttft": 0.20}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    alpha: float
+    beta: float
+    gamma: float
+    delta: float
+    max_batch: int
+    input_tokens: int
+    output_tokens: int
+    time_scale: float
+    output_spec: str = ""  # loadgen --output-tokens; default fixed at output_tokens
+    loads: tuple[float, ...] = LOADS
+
+    @property
+    def outputs(self) -> str:
+        return self.output_spec or str(self.output_tokens)
+
+
+CASES = (
+    Case("WVA e2e A100 (N=4)", 20.58, 0.41, 20.58, 0.041, 4, 128, 128, time_scale=50.0),
+    Case("large batch (N=64)", 8.0, 0.05, 15.0, 0.002, 64, 256, 128, time_scale=1.0),
+    Case(
+        "WVA e2e A100, exponential output lengths",
+        20.58, 0.41, 20.58, 0.041, 4, 128, 128, time_scale=50.0,
+        output_spec="exponential:128", loads=(0.50, 0.80),
+    ),
+)  # fmt: skip
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")):
+                values[sample.name] = sample.value
+            elif (
+                sample.name == "vllm:request_success_total"
+                and sample.labels.get("finished_reason") != "abort"
+            ):
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+def _mean(m: dict[str, float], name: str) -> float:
+    count = m.get(f"{name}_count", 0.0)
+    return m[f"{name}_sum"] / count if count else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    case: Case
+    load: float
+    rate: float
+    predicted: dict[str, float]
+    emulator: dict[str, float]
+    client: dict[str, float]
+    requests: int
+    dropped: int
+    errors: int
+
+
+def _measure(case: Case, load: float) -> Point:
+    rate, predicted = _predict(case, load)
+    scale = case.time_scale
+    cap = case.max_batch + 10 * case.max_batch
+    args = [
+        "--alpha", str(case.alpha), "--beta", str(case.beta), "--gamma", str(case.gamma),
+        "--delta", str(case.delta), "--max-num-seqs", str(case.max_batch), "--time-scale", str(scale),
+        "--max-model-len", "16384", "--kv-cache-tokens", "4194304",
+    ]  # fmt: skip
+    loadgen = [
+        sys.executable, "-m", "vllm_emulator.loadgen", "--rps", repr(rate * scale),
+        "--duration", str(SECONDS), "--arrival", "poisson", "--stream",
+        "--input-tokens", str(case.input_tokens), "--output-tokens", case.outputs,
+        "--max-concurrency", str(cap), "--seed", "7", "--progress-interval", "0", "--drain-timeout", "120",
+    ]  # fmt: skip
+    with EmulatorProcess(args) as emulator:
+        client = subprocess.Popen([*loadgen, "--url", emulator.url], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0 + 0.25 * SECONDS)  # past the generator's start-up and the empty-system transient
+        t0, m0 = time.monotonic(), _scrape(emulator.url)
+        time.sleep(0.7 * SECONDS)
+        t1, m1 = time.monotonic(), _scrape(emulator.url)
+        out, _ = client.communicate(timeout=SECONDS + 600)
+        final = _scrape(emulator.url)
+    if client.returncode != 0:
+        raise RuntimeError(f"vllm-loadgen failed for {case.name} at {load:.0%}")
+    summary = json.loads(out)
+    completed = m1["vllm:request_success_total"] - m0["vllm:request_success_total"]
+    emulated = {
+        "throughput": completed / ((t1 - t0) * scale),
+        "throughput_2sigma": 2.0 / completed**0.5 if completed else float("nan"),
+        "ttft": 1000.0 * scale * _mean(final, "vllm:time_to_first_token_seconds"),
+        "itl": 1000.0 * scale * _mean(final, "vllm:inter_token_latency_seconds"),
+        "queue": 1000.0 * scale * _mean(final, "vllm:request_queue_time_seconds"),
+    }
+    ttft, itl = summary["ttft_ms"], summary["itl_ms"]
+    client_side = {
+        # served fraction × λ: free of the Poisson noise of the arrival count (compares with λ·(1 − p_K))
+        "throughput": rate * summary["completed"] / summary["scheduled"] if summary["scheduled"] else 0.0,
+        "ttft": ttft["mean"] * scale if ttft else float("nan"),
+        "itl": itl["mean"] * scale if itl else float("nan"),
+    }
+    return Point(
+        case=case,
+        load=load,
+        rate=rate,
+        predicted=predicted,
+        emulator=emulated,
+        client=client_side,
+        requests=int(summary["completed"]),
+        dropped=int(summary["dropped"]),
+        errors=int(summary["errors"] + summary["unfinished"]),
+    )
+
+
+def _predict(case: Case, load: float) -> tuple[float, dict[str, float]]:
+    analyzer = QueueAnalyzer(
+        case.max_batch,
+        None,
+        ServiceParms(case.alpha, case.beta, case.gamma, case.delta),
+        RequestSize(case.input_tokens, case.output_tokens),
+    )
+    rate = analyzer.rate_range[1] * load
+    if load <= 1.0:
+        metrics = analyzer.analyze(rate)
+        return rate, {"throughput": metrics.throughput, "ttft": metrics.ttft, "itl": metrics.itl}
+    # overload: the server completes requests at its capacity μ_N, with a full batch
+    capacity = analyzer.rate_range[1] / (1.0 - EPSILON)
+    return rate, {"throughput": capacity, "ttft": math.nan, "itl": analyzer.decode_time(case.max_batch)}
+
+
+def _engine_run(case: Case, load: float) -> Point:
+    """The emulator's engine alone on a virtual clock: ENGINE_REQUESTS Poisson arrivals, exact means."""
+    rate, predicted = _predict(case, load)
+    rng = random.Random(11)
+    lengths = parse_distribution(case.outputs)
+    cap = 11 * case.max_batch
+    engine = Engine(
+        EngineConfig(
+            profile=EngineProfile(case.alpha, case.beta, case.gamma, case.delta),
+            max_num_seqs=case.max_batch,
+            kv_cache_tokens=4_194_304,
+            max_model_len=16_384,
+        )
+    )
+    warm = ENGINE_REQUESTS // 10
+    t = 0.0
+    seqs: list[EngineSequence] = []
+    dropped = 0
+    t_warm = 0.0
+    for i in range(ENGINE_REQUESTS):
+        t += rng.expovariate(rate)
+        engine.advance(t)
+        if i == warm:
+            t_warm = t
+        if engine.num_running + engine.num_waiting >= cap:
+            dropped += 1
+            continue
+        seqs.append(engine.submit(i, case.input_tokens, lengths.sample(rng), t))
+    t_end = t
+    engine.advance(math.inf)
+    measured = [s for s in seqs if s.arrival_time >= t_warm]
+    first = [s.first_token_time - s.arrival_time for s in measured if s.first_token_time is not None]
+    gaps = sum(s.finish_time - s.first_token_time for s in measured if s.finish_time and s.first_token_time)
+    tokens = sum(s.output_tokens - 1 for s in measured)
+    done = sum(1 for s in seqs if s.finish_time is not None and t_warm <= s.finish_time <= t_end)
+    emulated = {
+        "throughput": done / (t_end - t_warm),
+        "ttft": 1000.0 * sum(first) / len(first),
+        "itl": 1000.0 * gaps / tokens if tokens else math.nan,
+        "queue": 1000.0 * sum(s.scheduled_time - s.arrival_time for s in measured if s.scheduled_time) / len(measured),
+    }
+    return Point(case, load, rate, predicted, emulated, {}, len(seqs), dropped, 0)
+
+
+def _delta(value: float, reference: float) -> float:
+    return (value - reference) / reference if reference else float("nan")
+
+
+def _cell(value: float, reference: float, digits: int) -> str:
+    if math.isnan(reference):
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} ({_delta(value, reference):+.0%})"
+
+
+def _num(value: float, digits: int) -> str:
+    return "—" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _within(point: Point) -> bool:
+    """TTFT and ITL from the emulator's metrics, throughput as the served fraction of λ."""
+    measured = {
+        "ttft": point.emulator["ttft"],
+        "itl": point.emulator["itl"],
+        "throughput": point.client["throughput"],
+    }
+    return all(abs(_delta(measured[k], point.predicted[k])) <= tol for k, tol in TOLERANCE.items())
+
+
+def run() -> str:
+    points = [_measure(case, load) for case in CASES for load in case.loads]
+    lines = [
+        "## Emulator fidelity vs the queueing analyzer",
+        "",
+        f"Command: `{COMMAND}` ({SECONDS:g} s of wall-clock load per point; `BENCH_FIDELITY_SECONDS` "
+        "changes it). A real `vllm-emulator` process driven by a real `vllm-loadgen` process: Poisson "
+        "arrivals at a fraction of the analyzer's maximum rate, streaming, prompt and output lengths as "
+        "given to the analyzer, in-flight requests capped at the analyzer's K = 11·N. Times in emulated "
+        "ms, rates in emulated requests/s; in brackets the difference from the analyzer. Target at loads "
+        "up to 80 %: ITL and throughput within 10 %, TTFT within 20 % (emulator metrics).",
+        "",
+        "Profiles (ms): WVA's e2e A100 profile α=20.58 β=0.41 γ=20.58 δ=0.041, N=4, 128 in / 128 out, "
+        "time scale 50; a large-batch profile α=8 β=0.05 γ=15 δ=0.002, N=64, 256 in / 128 out, time "
+        "scale 1.",
+        "",
+        "Columns: *X served* = λ × completed / arrivals (the load generator's counts; the analyzer's "
+        "`X = λ·(1 − p_K)`); *X metric* = `rate(vllm:request_success_total)` over the middle 70 % of the "
+        "arrival window, with its ±2σ Poisson sampling band; TTFT, ITL and queue wait = means of the "
+        "emulator's histograms; *client* = the load generator's own means. *In target* uses X served and "
+        "the emulator's TTFT and ITL. The 130 % rows overload the server: the analyzer has no steady "
+        "state there, its columns give the capacity μ_N and the full-batch ITL `decode(N)`, and the "
+        "measured X is the emulator's capacity.",
+        "",
+        "| profile | load | λ | analyzer X / TTFT / ITL | X served | X metric (±2σ) | TTFT | ITL "
+        "| queue wait | client TTFT | client ITL | requests (dropped) | in target |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in points:
+        pr, em, cl = p.predicted, p.emulator, p.client
+        verdict = ("yes" if _within(p) else "**no**") if p.load <= TARGET_LOAD else "n/a (> 80 %)"
+        if p.load > 1.0:
+            verdict = "n/a (overload: X = capacity)"
+        lines.append(
+            f"| {p.case.name} | {p.load:.0%} | {p.rate:.3f} | "
+            f"{pr['throughput']:.3f} / {_num(pr['ttft'], 1)} / {pr['itl']:.2f} | "
+            f"{_cell(cl['throughput'], pr['throughput'], 3)} | "
+            f"{_cell(em['throughput'], pr['throughput'], 3)} ±{em['throughput_2sigma']:.0%} | "
+            f"{_cell(em['ttft'], pr['ttft'], 1)} | {_cell(em['itl'], pr['itl'], 2)} | {em['queue']:.1f} | "
+            f"{_cell(cl['ttft'], pr['ttft'], 1)} | {_cell(cl['itl'], pr['itl'], 2)} | "
+            f"{p.requests} ({p.dropped}) | {verdict} |"
+        )
+    lines += ["", *_explanation(points), ""]
+    return "\n".join(lines)
+
+
+def _engine_capacity(case: Case) -> float:
+    """Completions per second of a full batch in the engine's model (ms → s)."""
+    n = case.max_batch
+    prefill = case.gamma + case.delta * case.input_tokens * n
+    decode = case.alpha + case.beta * n
+    return 1000.0 * n / (prefill + decode / 2 + (case.output_tokens - 1) * decode)
+
+
+def _explanation(points: list[Point]) -> list[str]:
+    fixed = [p for p in points if not p.case.output_spec and p.load <= TARGET_LOAD]
+    misses = [p for p in fixed if not _within(p)]
+    exp = [p for p in points if p.case.output_spec]
+    out = ["How to read it:", ""]
+    out.append(
+        "- **ITL and throughput.** The engine's decode step is `α + β·b` with `b` the running batch, and a "
+        "request's service is `prefill(L_in, b) + (L_out − 1)·decode(b)`, the analyzer's own accounting; "
+        "below saturation the completion rate is the arrival rate in both, so what differs in *X metric* "
+        "is the sampling noise of a Poisson count over a finite window (the band shown), which is also "
+        "what a `rate()` over a short window shows in Prometheus. The small positive ITL bias comes from "
+        "the first decode token waiting for the next step boundary (half a step on average, spread over "
+        "`L_out − 1` gaps)."
+    )
+    out.append(
+        "- **TTFT = queue wait + prefill.** At low load the wait is small and the two agree. As load grows "
+        "the wait dominates, and there the analyzer's assumption matters: its state-dependent M/M/1/K "
+        "chain treats service times as exponential, while with *fixed* output lengths every request "
+        "occupies its slot for nearly the same time (an M/D/c-like queue), which waits markedly less "
+        "(roughly half as long, as for M/D/c vs M/M/c). The emulator reproduces a real continuous-batching "
+        "server here, not the analyzer's simplification, so the analyzer over-predicts TTFT under load "
+        "for fixed-length traffic (it errs on the safe side for sizing)."
+    )
+    if exp:
+        cells = ", ".join(
+            f"{p.load:.0%}: TTFT {p.emulator['ttft']:.0f} vs {p.predicted['ttft']:.0f} ms "
+            f"({_delta(p.emulator['ttft'], p.predicted['ttft']):+.0%})"
+            for p in exp
+        )
+        out.append(
+            "- **Exponential output lengths** (the analyzer's service-time assumption, same mean) bring "
+            f"the measured TTFT back to the analyzer's prediction ({cells}), which confirms that the "
+            "fixed-length gap is the service-time distribution, not the engine's timing."
+        )
+    out.append(
+        "- **Large batches** barely queue below 80 % load (64 slots), so TTFT is the prefill "
+        "`γ + δ·L_in·b` at the batch size met on arrival, close to the analyzer's `n_eff`. At 95 % the "
+        "fixed-length queue again waits less than the analyzer's exponential one."
+    )
+    over = [p for p in points if p.load > 1.0]
+    if over:
+        cells = ", ".join(
+            f"{p.case.name}: {p.emulator['throughput']:.3f} vs μ_N = {p.predicted['throughput']:.3f} req/s "
+            f"({_delta(p.emulator['throughput'], p.predicted['throughput']):+.1%})"
+            for p in over
+        )
+        expected = ", ".join(f"{_engine_capacity(p.case):.3f}" for p in over)
+        out.append(
+            f"- **Capacity** (130 % rows, completion rate while saturated): {cells}. The engine's own "
+            "expectation, `N / (prefill(L_in, N) + decode(N)/2 + (L_out − 1)·decode(N))` with the half step "
+            f"each request waits to join the decode steps, is {expected} req/s."
+        )
+    out.append(
+        "- **A request arriving while a step runs** starts its prefill at once in the emulator (and in the "
+        "analyzer); vLLM would start it at the next step boundary, half a step later on average."
+    )
+    overheads = [
+        (p.client["ttft"] - p.emulator["ttft"]) / p.case.time_scale
+        for p in points
+        if p.load == min(q.load for q in points if q.case == p.case)
+    ]
+    overhead = f"{min(overheads):.1f} to {max(overheads):.1f} ms" if overheads else "a few ms"
+    out.append(
+        "- **Load-generator columns** are client-side: they add the HTTP and event-loop latency of two "
+        f"Python processes ({overhead} of wall-clock time per first token in this run, measured at the "
+        "lowest load), multiplied by the time scale (50 for the WVA profile), so TTFT there is inflated; "
+        "ITL is a difference of arrival times and is not. The emulator's metrics are exact: the engine "
+        "runs on virtual timestamps."
+    )
+    if misses:
+        names = "; ".join(f"{p.case.name} at {p.load:.0%}" for p in misses)
+        out.append(f"- Outside the target in this run: {names}.")
+    return out
+
+
+if __name__ == "__main__":
+    print(run())

@@ -1,0 +1,290 @@
+"""The operator at scale: one full cycle's wall time, PromQL queries per cycle, and memory, with 500 VAs.
+
+Setup (all local, all real processes):
+
+* the local API server (``api`` profile: etcd + kube-apiserver, from hack/localcluster);
+* a real Prometheus (the Debian binary) scraping a synthetic vLLM exporter that serves the metrics of
+  one model per variant, every counter growing at its own rate (so every variant has a non-zero load);
+* N Deployments and N VariantAutoscalings (WVA's sample profile, one model each);
+* the operator as a process, ``variant-autoscaler run``, with deploy/'s ServiceAccount and RBAC.
+
+Each phase waits for cycles that saw all N variants and reports the operator's own metrics: the wall
+time of a cycle (``variant_autoscaler_last_cycle_duration_seconds``: ConfigMaps, Deployments list,
+Prometheus, the plan, and N status writes with their resourceVersion), PromQL queries per cycle, and
+the operator's resident memory (VmRSS, and the peak VmHWM) from /proc.
+
+Run: ``python bench/run_all.py --only operator_scale --output /tmp/operator.md``. Needs the local
+cluster binaries (``make cluster-bins``) and Prometheus on PATH or at
+/usr/bin/prometheus; the venv's ``bin`` must hold ``variant-autoscaler``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "hack"))
+
+PHASES = (50, 500)
+CYCLES_PER_PHASE = 5
+NAMESPACE = "bench"
+OPERATOR_NS = "workload-variant-autoscaler-system"
+BIN = Path(sys.executable).parent
+COMMAND = "python bench/run_all.py --only operator_scale"
+
+
+class SyntheticVllm:
+    """vLLM's metrics for many models on one endpoint; counters grow linearly, each at its own rate."""
+
+    def __init__(self, models: int) -> None:
+        self.models = models
+        self.start = time.time()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = outer.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        return Handler
+
+    def render(self) -> str:
+        t = time.time() - self.start
+        lines = []
+        for i in range(self.models):
+            m = f'model_name="bench/model-{i:04d}"'
+            rps = 0.2 + (i % 7) * 0.1  # 12 to 48 requests per minute
+            done = rps * t
+            lines += [
+                f"vllm:request_success_total{{{m}}} {done:.3f}",
+                f"vllm:request_prompt_tokens_sum{{{m}}} {done * 120:.3f}",
+                f"vllm:request_prompt_tokens_count{{{m}}} {done:.3f}",
+                f"vllm:request_generation_tokens_sum{{{m}}} {done * 200:.3f}",
+                f"vllm:request_generation_tokens_count{{{m}}} {done:.3f}",
+                f"vllm:time_to_first_token_seconds_sum{{{m}}} {done * 0.08:.4f}",
+                f"vllm:time_to_first_token_seconds_count{{{m}}} {done:.3f}",
+                f"vllm:time_per_output_token_seconds_sum{{{m}}} {done * 200 * 0.021:.4f}",
+                f"vllm:time_per_output_token_seconds_count{{{m}}} {done * 200:.3f}",
+                f"vllm:num_requests_waiting{{{m}}} 0",
+                f"vllm:num_requests_running{{{m}}} 2",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def __enter__(self) -> SyntheticVllm:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def prometheus(target_port: int, workdir: Path) -> Iterator[str]:
+    from localcluster.net import free_port
+
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "scrape_configs": [
+            {
+                "job_name": "vllm",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{target_port}"], "labels": {"namespace": NAMESPACE}}
+                ],
+            }
+        ],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen(
+        [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=(workdir / "prometheus.log").open("wb"),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _http_ok(f"{url}/-/ready"), 60, "Prometheus ready")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _wait(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def _objects(first: int, last: int) -> list[dict[str, Any]]:
+    sample = yaml.safe_load((ROOT / "deploy" / "samples" / "variantautoscaling.yaml").read_text())
+    out: list[dict[str, Any]] = []
+    for i in range(first, last):
+        name = f"va-{i:04d}"
+        out.append({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "vllm", "image": "none.invalid/vllm",
+                                                           "args": ["--max-num-seqs", "4"]}]}}},
+        })  # fmt: skip
+        va = json.loads(json.dumps(sample))
+        va["metadata"].update(name=name, namespace=NAMESPACE)
+        va["spec"]["modelID"] = f"bench/model-{i:04d}"
+        out.append(va)
+    return out
+
+
+def _scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("variant_autoscaler_") and " " in line:
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                values[name] = float(value)
+    return values
+
+
+def _rss_mib(pid: int) -> tuple[float, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def _measure(port: int, variants: int) -> dict[str, Any]:
+    durations: list[float] = []
+    queries: set[float] = set()
+    seen = _scrape(port).get('variant_autoscaler_cycles_total{result="ok"}', 0.0)
+    while len(durations) < CYCLES_PER_PHASE:
+        values = _wait(
+            lambda seen=seen: (
+                v
+                if (v := _scrape(port)).get('variant_autoscaler_cycles_total{result="ok"}', 0.0) > seen
+                and v.get("variant_autoscaler_variants") == variants
+                else None
+            ),
+            300,
+            f"a cycle over {variants} variants",
+        )
+        seen = values['variant_autoscaler_cycles_total{result="ok"}']
+        durations.append(values["variant_autoscaler_last_cycle_duration_seconds"])
+        queries.add(values["variant_autoscaler_promql_queries_last_cycle"])
+        plan_seconds = values["variant_autoscaler_optimizer_duration_seconds"]
+    return {"durations": durations, "queries": sorted(queries), "plan_seconds": plan_seconds}
+
+
+def run() -> str:
+    from localcluster import ClusterOptions, LocalCluster
+
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from operator_harness import OperatorProcess, install
+
+    results: list[tuple[int, dict[str, Any], tuple[float, float]]] = []
+    workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))
+    cluster = LocalCluster(ClusterOptions(profile="api"))
+    cluster.start()
+    try:
+        with SyntheticVllm(max(PHASES)) as vllm, prometheus(vllm.port, workdir) as prom_url:
+            sa = install(cluster, prom_url, GLOBAL_OPT_INTERVAL="10s", METRICS_STALENESS="60s")
+            cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+            operator = OperatorProcess(
+                sa,
+                NAMESPACE,
+                workdir,
+                identity="bench",
+                env={"WVA_DEBOUNCE_SECONDS": "2", "WVA_LOG_LEVEL": "warning"},
+            )
+            previous = 0
+            with contextlib.ExitStack() as stack:
+                for count in PHASES:
+                    objects = _objects(previous, count)
+                    for chunk in range(0, len(objects), 200):
+                        cluster.apply(objects[chunk : chunk + 200])
+                    previous = count
+                    if operator.process is None:
+                        stack.enter_context(_started(operator))
+                    assert operator.process is not None
+                    measured = _measure(operator.metrics_port, count)
+                    results.append((count, measured, _rss_mib(operator.process.pid)))
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return _report(results)
+
+
+@contextlib.contextmanager
+def _started(operator: Any) -> Iterator[None]:
+    operator.start()
+    try:
+        yield
+    finally:
+        operator.stop()
+
+
+def _report(results: list[tuple[int, dict[str, Any], tuple[float, float]]]) -> str:
+    rows = []
+    for count, measured, (rss, hwm) in results:
+        d = sorted(measured["durations"])
+        rows.append(
+            f"| {count} | {statistics.median(d):.3f} | {max(d):.3f} | {measured['plan_seconds']:.3f} | "
+            f"{', '.join(f'{q:g}' for q in measured['queries'])} | {rss:.0f} | {hwm:.0f} |"
+        )
+    return (
+        "## Operator at scale\n\n"
+        f"`{COMMAND}` — the operator process (`variant-autoscaler run`, deploy/'s RBAC) against the local "
+        "API server and a real Prometheus scraping a synthetic vLLM exporter (one model per variant). "
+        f"{CYCLES_PER_PHASE} cycles per row after the variants were created. A cycle is everything: "
+        "three ConfigMap reads, one Deployment list, the PromQL queries, the plan (unlimited mode), and "
+        "one status write per variant.\n\n"
+        "| variants | cycle wall time, median (s) | max (s) | plan (s) | PromQL queries per cycle | "
+        "RSS (MiB) | peak RSS (MiB) |\n"
+        "|---:|---:|---:|---:|---|---:|---:|\n" + "\n".join(rows) + "\n\n"
+        "Targets (issue): a cycle of 500 variants in at most 2 s; a constant number of PromQL queries; "
+        "at most 150 MB RSS.\n"
+    )

@@ -1,0 +1,396 @@
+"""``variant-autoscaler plan -f FILE [-o json|table]``: offline planning from a YAML or JSON file.
+
+The file holds what the operator reads from the cluster (see docs/optimizer.md)::
+
+    optimizer: {unlimited: false, saturationPolicy: PriorityRoundRobin}
+    accelerators:            # the data of the accelerator-unit-costs ConfigMap
+      A100: {device: NVIDIA-A100-PCIE-80GB, cost: "40.00"}
+    serviceClasses:          # the documents of the service-classes-config ConfigMap
+      - {name: Premium, priority: 1, data: [{model: default/default, slo-tpot: 24, slo-ttft: 500}]}
+    capacity: {NVIDIA-A100-PCIE-80GB: 8}
+    variants:
+      - name: vllme-deployment
+        namespace: llm-d-sim
+        modelID: default/default
+        accelerator: A100
+        currentReplicas: 1
+        modelProfile: {accelerators: [...]}
+        load: {arrivalRate: 40, avgInputTokens: 128, avgOutputTokens: 128}
+
+A file that cannot be used fails with an error naming the field; a bad variant is reported with its
+reason and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from variant_autoscaler.api.configmaps import (
+    AcceleratorCosts,
+    ServiceClasses,
+    parse_accelerator_costs,
+    parse_service_classes,
+)
+from variant_autoscaler.api.v1alpha1 import ModelProfile
+from variant_autoscaler.core.analyzer import Load
+from variant_autoscaler.core.model import (
+    OptimizerConfig,
+    Plan,
+    Profile,
+    SaturationPolicy,
+    ServiceParms,
+    ServiceTarget,
+    VariantInput,
+    find_service_class,
+)
+from variant_autoscaler.core.optimizer import optimize
+from variant_autoscaler.errors import ConfigError
+
+__all__ = ["PlanInputs", "build_inputs", "load_plan_file", "register", "render_json", "render_table", "run"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+
+class OptimizerSection(_Strict):
+    unlimited: bool = True
+    saturation_policy: str = Field(default="None", alias="saturationPolicy")
+    delayed_best_effort: bool = Field(default=False, alias="delayedBestEffort")
+    batch_sizes: int = Field(default=4, alias="batchSizes", ge=1, le=16)
+    mip_rel_gap: float = Field(default=1e-4, alias="mipRelGap", ge=0.0, lt=1.0)
+    time_limit: float = Field(default=10.0, alias="timeLimit", gt=0.0)
+
+
+class LoadSection(_Strict):
+    arrival_rate: float = Field(alias="arrivalRate", ge=0.0, allow_inf_nan=False)
+    avg_input_tokens: float = Field(alias="avgInputTokens", ge=0.0, allow_inf_nan=False)
+    avg_output_tokens: float = Field(alias="avgOutputTokens", ge=0.0, allow_inf_nan=False)
+
+
+class VariantSection(_Strict):
+    name: str = Field(min_length=1)
+    namespace: str = Field(default="default", min_length=1)
+    model_id: str = Field(alias="modelID", min_length=1)
+    service_class: str | None = Field(default=None, alias="serviceClass")
+    accelerator: str | None = None
+    current_replicas: int = Field(default=0, alias="currentReplicas", ge=0)
+    min_replicas: int = Field(default=1, alias="minReplicas", ge=0)
+    max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=1)
+    keep_accelerator: bool = Field(default=False, alias="keepAccelerator")
+    max_batch_size: int | None = Field(default=None, alias="maxBatchSize", ge=1)
+    share_load: bool = Field(default=False, alias="shareModelLoad")
+    model_profile: ModelProfile = Field(alias="modelProfile")
+    load: LoadSection | None = None
+
+
+class PlanFileSection(_Strict):
+    optimizer: OptimizerSection = OptimizerSection()
+    accelerators: dict[str, Any] = Field(min_length=1)
+    service_classes: list[Any] | dict[str, Any] = Field(alias="serviceClasses")
+    capacity: dict[str, int] = Field(default_factory=dict)
+    variants: list[Any] = Field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """Everything the optimizer needs, plus the variants that could not be read (key → reason)."""
+
+    config: OptimizerConfig
+    accelerators: AcceleratorCosts
+    classes: ServiceClasses
+    capacity: Mapping[str, int]
+    variants: tuple[VariantInput, ...]
+    invalid: Mapping[str, str]
+
+
+def _errors(exc: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for error in exc.errors():
+        location = ".".join(str(p) for p in (*((prefix,) if prefix else ()), *error["loc"]))
+        parts.append(f"field '{location}': {error['msg']}" if location else error["msg"])
+    return "; ".join(parts)
+
+
+def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, VariantInput | str]:
+    label = f"variants[{index}]"
+    if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+        namespace = raw.get("namespace") if isinstance(raw.get("namespace"), str) else "default"
+        label = f"{namespace}/{raw['name']}"
+    try:
+        section = VariantSection.model_validate(raw)
+    except ValidationError as exc:
+        return label, f"invalid: {_errors(exc)}"
+    key = f"{section.namespace}/{section.name}"
+    try:
+        profiles = tuple(
+            Profile(
+                accelerator=p.acc,
+                acc_count=p.acc_count,
+                max_batch_size=p.max_batch_size,
+                parms=ServiceParms(
+                    p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
+                ),
+            )
+            for p in section.model_profile.accelerators
+        )
+    except ValueError as exc:
+        return key, f"invalid: field 'modelProfile': {exc}"
+    if section.service_class is not None:
+        cls = classes.named(section.service_class)
+        if cls is None:
+            return key, f"invalid: field 'serviceClass': no service class named {section.service_class!r}"
+        target = cls.target(section.model_id)
+        if target is None:
+            return key, f"invalid: service class {cls.name!r} has no entry for model {section.model_id!r}"
+        service = ServiceTarget.of(cls, target)
+    else:
+        found = find_service_class(classes.classes, section.model_id)
+        if found is None:
+            return key, f"invalid: no service class has an entry for model {section.model_id!r}"
+        service = ServiceTarget.of(*found)
+    load = (
+        None
+        if section.load is None
+        else Load(section.load.arrival_rate, section.load.avg_input_tokens, section.load.avg_output_tokens)
+    )
+    try:
+        variant = VariantInput(
+            name=section.name,
+            namespace=section.namespace,
+            model_id=section.model_id,
+            service=service,
+            profiles=profiles,
+            load=load,
+            current_accelerator=section.accelerator,
+            current_replicas=section.current_replicas,
+            min_replicas=section.min_replicas,
+            max_replicas=section.max_replicas,
+            keep_accelerator=section.keep_accelerator,
+            max_batch_size=section.max_batch_size,
+            share_load=section.share_load,
+        )
+    except ConfigError as exc:
+        return key, f"invalid: {exc}"
+    return key, variant
+
+
+def build_inputs(document: object) -> PlanInputs:
+    """Validate a plan document (already decoded from YAML/JSON)."""
+    if not isinstance(document, Mapping):
+        raise ConfigError("the plan file must be a mapping with accelerators, serviceClasses and variants")
+    try:
+        section = PlanFileSection.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError(f"plan file: {_errors(exc)}") from None
+    try:
+        policy = SaturationPolicy.parse(section.optimizer.saturation_policy)
+    except ConfigError as exc:
+        raise ConfigError(f"plan file: field 'optimizer.saturationPolicy': {exc}") from None
+    config = OptimizerConfig(
+        unlimited=section.optimizer.unlimited,
+        saturation_policy=policy,
+        delayed_best_effort=section.optimizer.delayed_best_effort,
+        batch_sizes=section.optimizer.batch_sizes,
+        mip_rel_gap=section.optimizer.mip_rel_gap,
+        time_limit_s=section.optimizer.time_limit,
+    )
+    accelerators = parse_accelerator_costs(section.accelerators)
+    if accelerators.problems:
+        raise ConfigError(f"plan file: field 'accelerators': {'; '.join(accelerators.problems)}")
+    classes = parse_service_classes(section.service_classes)
+    if classes.problems:
+        raise ConfigError(f"plan file: field 'serviceClasses': {'; '.join(classes.problems)}")
+    for device, count in section.capacity.items():
+        if count < 0:
+            raise ConfigError(f"plan file: field 'capacity.{device}': must be >= 0, got {count}")
+    variants: dict[str, VariantInput] = {}
+    invalid: dict[str, str] = {}
+    for index, raw in enumerate(section.variants):
+        key, parsed = _variant(raw, index, classes)
+        if key in variants or key in invalid:
+            invalid[f"{key} (variants[{index}])"] = f"invalid: variant {key} is listed twice"
+            continue
+        if isinstance(parsed, str):
+            invalid[key] = parsed
+        else:
+            variants[key] = parsed
+    return PlanInputs(
+        config=config,
+        accelerators=accelerators,
+        classes=classes,
+        capacity=dict(section.capacity),
+        variants=tuple(variants.values()),
+        invalid=invalid,
+    )
+
+
+def load_plan_file(path: Path) -> PlanInputs:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML or JSON: {exc}") from None
+    return build_inputs(document)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """HiGHS may print diagnostics on the process's stdout; keep them off the plan's output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def make_plan(inputs: PlanInputs) -> Plan:
+    with _stdout_to_stderr():
+        return optimize(
+            inputs.variants,
+            inputs.accelerators.accelerators,
+            inputs.config,
+            inputs.capacity,
+            clock=time.perf_counter,
+        )
+
+
+def _round(value: float) -> float:
+    return round(value, 4)
+
+
+def render_json(plan: Plan, invalid: Mapping[str, str]) -> str:
+    variants: dict[str, dict[str, Any]] = {}
+    for key, decision in plan.decisions.items():
+        variants[key] = {
+            "accelerator": decision.accelerator,
+            "replicas": decision.replicas,
+            "maxBatch": decision.max_batch,
+            "cost": _round(decision.cost),
+            "itl": _round(decision.itl),
+            "ttft": _round(decision.ttft),
+            "reason": decision.reason,
+            "outcome": decision.outcome.value,
+            "served": _round(decision.served_fraction),
+        }
+    for key, reason in invalid.items():
+        variants[key] = {
+            "accelerator": None,
+            "replicas": 0,
+            "maxBatch": 0,
+            "cost": 0.0,
+            "itl": 0.0,
+            "ttft": 0.0,
+            "reason": reason,
+            "outcome": "invalid",
+            "served": 0.0,
+        }
+    document = {
+        "variants": dict(sorted(variants.items())),
+        "totalCost": _round(plan.total_cost),
+        "binding": [
+            {"device": b.device, "capacity": b.capacity, "used": b.used, "variants": list(b.variants)}
+            for b in plan.binding
+        ],
+        "mode": plan.mode,
+        "solver": {
+            "status": plan.status,
+            "mipGap": plan.mip_gap,
+            "solves": plan.solves,
+            "sizings": plan.sizings,
+            "analyzerSeconds": plan.analyzer_seconds,
+            "solveSeconds": plan.solve_seconds,
+        },
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def render_table(plan: Plan, invalid: Mapping[str, str]) -> str:
+    header = (
+        "VARIANT",
+        "ACCELERATOR",
+        "REPLICAS",
+        "BATCH",
+        "COST",
+        "ITL(ms)",
+        "TTFT(ms)",
+        "OUTCOME",
+        "REASON",
+    )
+    rows: list[tuple[str, ...]] = []
+    for key, decision in plan.decisions.items():
+        rows.append(
+            (
+                key,
+                decision.accelerator or "-",
+                str(decision.replicas),
+                str(decision.max_batch),
+                f"{decision.cost:.2f}",
+                f"{decision.itl:.1f}",
+                f"{decision.ttft:.1f}",
+                decision.outcome.value,
+                decision.reason,
+            )
+        )
+    for key, reason in invalid.items():
+        rows.append((key, "-", "0", "0", "0.00", "0.0", "0.0", "invalid", reason))
+    rows.sort(key=lambda r: r[0])
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(8)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header[:8], widths, strict=True)) + "  " + header[8]]
+    lines.extend(
+        "  ".join(c.ljust(w) for c, w in zip(r[:8], widths, strict=True)) + "  " + r[8] for r in rows
+    )
+    lines.append("")
+    lines.append(f"total cost: {plan.total_cost:.2f}   mode: {plan.mode}   solver: {plan.status}")
+    if plan.mip_gap is not None:
+        lines[-1] += f" (gap {plan.mip_gap:.2g})"
+    for device in sorted(set(plan.capacity) | set(plan.usage)):
+        if plan.capacity:
+            lines.append(f"  {device}: {plan.usage.get(device, 0)} of {plan.capacity.get(device, 0)} used")
+    if plan.binding:
+        lines.append("binding capacity:")
+        lines.extend(f"  {b.describe()}" for b in plan.binding)
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = load_plan_file(Path(args.file))
+    plan = make_plan(inputs)
+    output = (
+        render_json(plan, inputs.invalid) if args.output == "json" else render_table(plan, inputs.invalid)
+    )
+    print(output)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="plan replicas, accelerators and batch sizes offline from a YAML/JSON file",
+        description=(
+            "Plan every variant in FILE at once, as the operator does each cycle. See docs/optimizer.md "
+            "for the file format."
+        ),
+    )
+    parser.add_argument("-f", "--file", required=True, help="plan file (YAML or JSON)")
+    parser.add_argument("-o", "--output", choices=("json", "table"), default="table", help="output format")
+    parser.set_defaults(func=run)
