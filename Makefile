@@ -25,6 +25,10 @@ install: $(VENV)/.installed ## Create ./.venv with the project and its dev tools
 test: install cluster-bins images-deps ## Run every test tier (unit, integration, e2e).
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
+.PHONY: e2e
+e2e: install cluster-bins ## Run the end-to-end suite only (full local cluster; figures in _out/e2e, docs/e2e.md).
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
 .PHONY: unit
 unit: install ## Run the unit tests only (no processes, no network).
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -49,6 +53,12 @@ RUN_ARGS ?= --all-namespaces --log-format plain
 .PHONY: run
 run: install ## Run the operator against the current kubeconfig (RUN_ARGS, default: cluster-wide, plain logs).
 	$(BIN)/variant-autoscaler run $(RUN_ARGS)
+
+DEMO_PLOT ?= docs/img/demo.png
+DEMO_ARGS ?=
+.PHONY: demo
+demo: install cluster-bins ## Local cluster, operator, two emulated variants under a load schedule, live; plot to DEMO_PLOT.
+	PYTHONPATH=hack $(PY) -m demo --plot $(DEMO_PLOT) $(DEMO_ARGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches.

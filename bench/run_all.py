@@ -25,6 +25,7 @@ def _load(name: str):  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses (and pickling) look their module up there
     spec.loader.exec_module(module)
     return module
 

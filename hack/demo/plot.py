@@ -52,17 +52,24 @@ def plot(
     for index, (name, samples) in enumerate(series.items()):
         colour = colours[index % len(colours)]
         load_ax.step(*_series(samples, "offered_rpm"), where="post", color=colour, label=f"{name}: sent")
-        load_ax.plot(*_series(samples, "observed_rpm"), color=colour, linestyle=":",
-                     label=f"{name}: seen by the operator")  # fmt: skip
+        load_ax.plot(
+            *_series(samples, "observed_rpm"),
+            color=colour,
+            linestyle=":",
+            label=f"{name}: seen by the operator",
+        )
         replica_ax.step(*_series(samples, "replicas"), where="post", color=colour, label=f"{name}: running")
-        replica_ax.step(*_series(samples, "desired"), where="post", color=colour, linestyle="--",
-                        label=f"{name}: desired")  # fmt: skip
+        replica_ax.step(
+            *_series(samples, "desired"), where="post", color=colour, linestyle="--", label=f"{name}: desired"
+        )
         ttft_ax.plot(*_series(samples, "ttft_measured"), color=colour, label=f"{name}: measured")
-        ttft_ax.plot(*_series(samples, "ttft_predicted"), color=colour, linestyle="--",
-                     label=f"{name}: predicted")  # fmt: skip
+        ttft_ax.plot(
+            *_series(samples, "ttft_predicted"), color=colour, linestyle="--", label=f"{name}: predicted"
+        )
         itl_ax.plot(*_series(samples, "itl_measured"), color=colour, label=f"{name}: measured")
-        itl_ax.plot(*_series(samples, "itl_predicted"), color=colour, linestyle="--",
-                    label=f"{name}: predicted")  # fmt: skip
+        itl_ax.plot(
+            *_series(samples, "itl_predicted"), color=colour, linestyle="--", label=f"{name}: predicted"
+        )
         ttft_slo, itl_slo = slos[name]
         ttft_ax.axhline(ttft_slo, color=colour, linestyle=":", linewidth=1)
         itl_ax.axhline(itl_slo, color=colour, linestyle=":", linewidth=1)
@@ -73,8 +80,11 @@ def plot(
     ttft_ax.set_yscale("log")
     itl_ax.set_ylabel("mean ITL (ms)")
     itl_ax.set_xlabel("time since the load started (s)")
-    ttft_ax.set_title("latency measured at the load generator (20 s window) vs predicted; dotted: SLO",
-                      fontsize=9, loc="left")  # fmt: skip
+    ttft_ax.set_title(
+        "latency measured at the load generator (20 s window) vs predicted; dotted: SLO",
+        fontsize=9,
+        loc="left",
+    )
     for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", ncols=2)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from e2e_support import E2EResults, Kube, LoadDriver, Operator, Slo
 from localcluster import LocalCluster, wait_for
-from operator_harness import install
+from operator_harness import MAIN_CM, OPERATOR_NS, install
 
 ROOT = Path(__file__).resolve().parents[2]
 _RESULTS = pytest.StashKey[E2EResults]()
@@ -92,6 +92,9 @@ def install_operator(full_cluster: LocalCluster) -> Iterator[Callable[..., Path]
     """
 
     def apply(**overrides: str) -> Path:
+        # A fresh main ConfigMap: keys patched in by an earlier test (another field manager) would
+        # otherwise survive the server-side apply.
+        full_cluster.kubectl("delete", "configmap", "-n", OPERATOR_NS, MAIN_CM, "--ignore-not-found")
         prometheus = full_cluster.prometheus_url
         return install(full_cluster, prometheus, full_cluster.prometheus_ca_file, **overrides)
 
