@@ -150,6 +150,10 @@ def cost_breakdown(report: Mapping[str, Any], policy: str) -> dict[str, float]:
     return {"starting": starting, "excess": excess}
 
 
+def _gpu_hours(summary: Mapping[str, Any]) -> str:
+    return ", ".join(f"{acc} {hours:.1f} GPU-h" for acc, hours in summary["gpu_hours"].items())
+
+
 def _why_attainment(name: str, report: Mapping[str, Any]) -> str:
     pol = report["policies"]
     ours = pol["ours"]
@@ -238,20 +242,14 @@ def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[s
             )
             if not ok:
                 why = (
-                    f"{hpa} costs {h['cost']:,.0f} for {_pct(h['attainment'])} within SLO, ours "
-                    f"{ours['cost']:,.0f} for {_pct(ours['attainment'])}."
+                    f"{hpa} costs {h['cost']:,.0f} for {_pct(h['attainment'])} within SLO "
+                    f"({_gpu_hours(h)}); ours {ours['cost']:,.0f} for {_pct(ours['attainment'])} "
+                    f"({_gpu_hours(ours)})."
                 )
-                if not better:
-                    why += (
-                        f" {hpa} holds more capacity ({sum(h['gpu_hours'].values()):.1f} against "
-                        f"{sum(ours['gpu_hours'].values()):.1f} GPU-h) and buys its attainment with it."
-                    )
+                if better:
+                    why += f" Ours has the better attainment but saves only {100 * saving:.1f} % of the cost."
                 else:
-                    why += (
-                        f" Ours is the better of the two, but not by 20 % in cost: {hpa} holds about as much "
-                        f"capacity here ({sum(h['gpu_hours'].values()):.1f} against "
-                        f"{sum(ours['gpu_hours'].values()):.1f} GPU-h)."
-                    )
+                    why += f" {hpa} has the better attainment, at {h['cost'] / ours['cost']:.2f}× ours' cost."
                 whys.append(f"- **{name}, vs {hpa}:** {why}")
         if name in SCARCE:
             w = pol["wva"]

@@ -1206,10 +1206,17 @@ class Runtime:
 
     @staticmethod
     def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-        """What the VA index keeps of an object (managedFields dropped to save memory)."""
+        """What the VA index keeps of an object: no managedFields, no kubectl's copy of the spec."""
         out = {k: v for k, v in body.items()}
         meta = dict(out.get("metadata") or {})
         meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
+            meta["annotations"] = {
+                k: v
+                for k, v in annotations.items()
+                if k != "kubectl.kubernetes.io/last-applied-configuration"
+            }
         out["metadata"] = meta
         return out
 

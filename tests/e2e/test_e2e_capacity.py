@@ -142,9 +142,9 @@ def test_scenario_5_scarce_gpus_go_to_the_higher_priority_model(
         load.mark("allocated")
     operator.wait_cycles(15)
     stats = {name: load.stats("allocated") for name, load in loads.items()}
+    premium, freemium = wait_for(settled, timeout=60, what="the plan still applied", interval=1.0)
     for load in loads.values():
         load.stop(drain_timeout=30.0)
-    premium, freemium = kube.va(ns, "premium"), kube.va(ns, "freemium")
     hi, lo = desired(premium), desired(freemium)
     assert hi is not None and lo is not None
     # The three GPUs are all given out, the Premium model first.

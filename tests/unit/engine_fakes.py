@@ -19,7 +19,7 @@ import httpx
 import yaml
 
 from variant_autoscaler.adapters.exporter import Exporter
-from variant_autoscaler.adapters.kube import Credentials, KubeClient
+from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
 from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
 from variant_autoscaler.api.config import PrometheusConfig
 
@@ -205,7 +205,7 @@ class FakeKube:
     def client(self) -> KubeClient:
         return KubeClient(
             Credentials(host="https://fake-k8s", verify=True),
-            transport=httpx.MockTransport(self),
+            transport=CallableTransport.from_httpx(self),
             retries=0,
             backoff=0.0,
         )

@@ -24,7 +24,7 @@ from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.core import status as st
-from variant_autoscaler.engine import Engine, PlanOutcome, PlanRequest, VariantPlan, OptimizerPlanner
+from variant_autoscaler.engine import Engine, OptimizerPlanner, PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.settings import Settings
 
 NS = "llm-d-sim"

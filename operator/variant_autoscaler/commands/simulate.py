@@ -42,7 +42,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policies",
         default=",".join(POLICY_NAMES),
-        help=f"comma-separated policies to run (default: all of {', '.join(POLICY_NAMES)})",
+        help=(
+            f"comma-separated policies to run (default: all of {', '.join(POLICY_NAMES)}); experiments: "
+            "ours@<SLO scale> (e.g. ours@0.5), ours+trend"
+        ),
     )
     p.add_argument("--duration", help="override the scenario's duration (seconds, or e.g. 30m, 2h)")
     p.add_argument("--seed", type=int, help="override the scenario's seed")

@@ -33,6 +33,7 @@ import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -180,6 +181,80 @@ _MAX_ROOT_STEPS = 100
 _PROBES = (0.3, 0.7)
 
 
+class _Server(NamedTuple):
+    """The validated inputs of one server and the constants derived from them (times in ms, λ in req/ms)."""
+
+    n: int  # maximum batch size N
+    q: int  # maximum queue size Q
+    alpha: float
+    beta: float
+    gamma: float
+    l_in: float
+    l_out: float
+    a: float  # a request's service time in a batch of b is a + s·b, so 1/μ_b = a/b + s
+    s: float
+    slope: float  # δ·L_in, the prefill time per request in the batch
+    c0: float  # n_eff = (S - c0) / c1, exactly as WVA writes it (γ subtracted even without input tokens)
+    c1: float
+    inv_mu_1: float
+    inv_mu_n: float
+    lam_lo: float  # the rate range, [μ_1·ε, μ_N·(1 - ε)]
+    lam_hi: float
+
+
+def _server(
+    max_batch_size: int, max_queue_size: int | None, parms: ServiceParms, request: RequestSize
+) -> _Server:
+    """Check one server's inputs (:class:`ModelError` naming the field) and derive its constants."""
+    n_max = _check_int("maxBatchSize", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
+    if max_queue_size is None:
+        max_queue_size = QUEUE_TO_BATCH_RATIO * n_max
+    q_max = _check_int("maxQueueSize", max_queue_size, 0, MAX_QUEUE_SIZE_LIMIT)
+    if not isinstance(parms, ServiceParms):
+        raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
+    if not isinstance(request, RequestSize):
+        raise ModelError(f"request size must be RequestSize, got {type(request).__name__}")
+    alpha = _check_number("alpha", parms.alpha)
+    beta = _check_number("beta", parms.beta)
+    gamma = _check_number("gamma", parms.gamma)
+    delta = _check_number("delta", parms.delta)
+    l_in = _check_number("avgInputTokens", request.avg_input_tokens)
+    l_out = _check_number("avgOutputTokens", request.avg_output_tokens, 1.0)
+
+    # Decode steps per request: one per output token after the first (one if decode-only, 1 token).
+    steps = 1.0 if (l_in == 0.0 and l_out == 1.0) else l_out - 1.0
+    # A request's service time when the batch holds b requests is a + s·b (ms), so μ_b = b / (a + s·b)
+    # is non-decreasing in b and μ_N is the largest service rate.
+    a = (gamma if l_in > 0.0 else 0.0) + steps * alpha
+    s = (delta * l_in if l_in > 0.0 else 0.0) + steps * beta
+    if not (a + s > 0.0 and a + s * n_max < math.inf):
+        raise ModelError(
+            "the service time is zero or not finite for these parameters and token counts "
+            f"(alpha={alpha:g}, beta={beta:g}, gamma={gamma:g}, delta={delta:g}, "
+            f"input={l_in:g}, output={l_out:g} tokens)"
+        )
+    inv_mu_1 = a + s  # 1/μ_1 (ms)
+    inv_mu_n = a / n_max + s  # 1/μ_N (ms)
+    return _Server(
+        n=n_max,
+        q=q_max,
+        alpha=alpha,
+        beta=beta,
+        gamma=gamma,
+        l_in=l_in,
+        l_out=l_out,
+        a=a,
+        s=s,
+        slope=delta * l_in,
+        c0=gamma + alpha * (l_out - 1.0),
+        c1=delta * l_in + beta * (l_out - 1.0),
+        inv_mu_1=inv_mu_1,
+        inv_mu_n=inv_mu_n,
+        lam_lo=EPSILON / inv_mu_1,
+        lam_hi=(1.0 - EPSILON) / inv_mu_n,
+    )
+
+
 class QueueAnalyzer:
     """Analyzer of one inference server (one model on one accelerator with a fixed maximum batch size).
 
@@ -225,52 +300,24 @@ class QueueAnalyzer:
         parms: ServiceParms,
         request: RequestSize,
     ) -> None:
-        n_max = _check_int("maxBatchSize", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
-        if max_queue_size is None:
-            max_queue_size = QUEUE_TO_BATCH_RATIO * n_max
-        q_max = _check_int("maxQueueSize", max_queue_size, 0, MAX_QUEUE_SIZE_LIMIT)
-        if not isinstance(parms, ServiceParms):
-            raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
-        if not isinstance(request, RequestSize):
-            raise ModelError(f"request size must be RequestSize, got {type(request).__name__}")
-        alpha = _check_number("alpha", parms.alpha)
-        beta = _check_number("beta", parms.beta)
-        gamma = _check_number("gamma", parms.gamma)
-        delta = _check_number("delta", parms.delta)
-        l_in = _check_number("avgInputTokens", request.avg_input_tokens)
-        l_out = _check_number("avgOutputTokens", request.avg_output_tokens, 1.0)
-
-        # Decode steps per request: one per output token after the first (one if decode-only, 1 token).
-        steps = 1.0 if (l_in == 0.0 and l_out == 1.0) else l_out - 1.0
-        # A request's service time when the batch holds b requests is a + s·b (ms), so μ_b = b / (a + s·b)
-        # is non-decreasing in b and μ_N is the largest service rate.
-        a = (gamma if l_in > 0.0 else 0.0) + steps * alpha
-        s = (delta * l_in if l_in > 0.0 else 0.0) + steps * beta
-        if not (a + s > 0.0 and a + s * n_max < math.inf):
-            raise ModelError(
-                "the service time is zero or not finite for these parameters and token counts "
-                f"(alpha={alpha:g}, beta={beta:g}, gamma={gamma:g}, delta={delta:g}, "
-                f"input={l_in:g}, output={l_out:g} tokens)"
-            )
-        inv_mu_1 = a + s  # 1/μ_1 (ms)
-        inv_mu_n = a / n_max + s  # 1/μ_N (ms)
+        server = _server(max_batch_size, max_queue_size, parms, request)
+        n_max = server.n
         self.max_batch_size = n_max
-        self.max_queue_size = q_max
+        self.max_queue_size = server.q
         self.parms = parms
         self.request = request
-        self._alpha, self._beta, self._gamma = alpha, beta, gamma
-        self._l_in, self._l_out = l_in, l_out
-        self._prefill_slope = delta * l_in
-        self._inv_mu_n = inv_mu_n
-        self._lam_lo = EPSILON / inv_mu_1
-        self._lam_hi = (1.0 - EPSILON) / inv_mu_n
+        self._alpha, self._beta, self._gamma = server.alpha, server.beta, server.gamma
+        self._l_in, self._l_out = server.l_in, server.l_out
+        self._prefill_slope = server.slope
+        self._inv_mu_n = server.inv_mu_n
+        self._lam_lo = server.lam_lo
+        self._lam_hi = server.lam_hi
         self.rate_range = (self._lam_lo * 1000.0, self._lam_hi * 1000.0)
-        # n_eff = (S - c0) / c1, exactly as WVA writes it (γ subtracted even without input tokens).
-        self._c0 = gamma + alpha * (l_out - 1.0)
-        self._c1 = delta * l_in + beta * (l_out - 1.0)
+        self._c0, self._c1 = server.c0, server.c1
         self._size_memo: OrderedDict[TargetPerf, SizeResult | str] = OrderedDict()
         # Head of the chain: state i <= N has weight w_i = Π_{j<=i} λ/μ_j (w_0 = 1). Small batches use a
         # plain loop over this list; the numpy forms are built on first use (at once for larger batches).
+        a, s = server.a, server.s
         self._a, self._s = a, s
         self._inv_mu_list: list[float] | None = None
         self._inv_mu: _FloatArray | None = None
@@ -283,7 +330,7 @@ class QueueAnalyzer:
             inv_mu = self._numpy_arrays()[0]
             # The weights grow with λ, so those at λmax bound them all; plain products are used unless
             # they could overflow there, in which case the weights are computed in log space.
-            if n_max * math.log(inv_mu_1 / inv_mu_n) > _LOG_SAFE:
+            if n_max * math.log(server.inv_mu_1 / server.inv_mu_n) > _LOG_SAFE:
                 log_inv_mu = np.log(inv_mu)
                 if float(np.cumsum(math.log(self._lam_hi) + log_inv_mu).max()) > _LOG_SAFE:
                     self._log_mu_prod = np.cumsum(-log_inv_mu)
@@ -577,20 +624,22 @@ def _classify(label: str, target: float, f_lo: float, f_hi: float) -> int | str:
     if abs(f_hi - f_lo) <= _FLAT_TOLERANCE * max(abs(f_lo), abs(f_hi)):
         if target >= f_lo * (1.0 - TOLERANCE):
             return 1
-        return (
-            f"{label} target {target:g} ms unreachable: {f_lo:.4g} ms at every rate "
-            "(it does not depend on the load)"
-        )
+        return _unreachable(label, target, f_lo, flat=True)
     if _within(f_lo, target, TOLERANCE):
         return -1
     if _within(f_hi, target, TOLERANCE):
         return 1
     increasing = f_lo < f_hi
     if (increasing and target < f_lo) or (not increasing and target > f_lo):
-        return f"{label} target {target:g} ms unreachable: {f_lo:.4g} ms at the lowest rate"
+        return _unreachable(label, target, f_lo, flat=False)
     if (increasing and target > f_hi) or (not increasing and target < f_hi):
         return 1
     return 0
+
+
+def _unreachable(label: str, target: float, f_lo: float, *, flat: bool) -> str:
+    where = "at every rate (it does not depend on the load)" if flat else "at the lowest rate"
+    return f"{label} target {target:g} ms unreachable: {f_lo:.4g} ms {where}"
 
 
 @functools.lru_cache(maxsize=4096)

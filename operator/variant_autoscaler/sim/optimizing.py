@@ -3,7 +3,8 @@
 They share the operator's planning seam (:class:`variant_autoscaler.engine.Planner`): each decision
 builds the same :class:`~variant_autoscaler.engine.PlanRequest` the operator builds from the cluster —
 VariantAutoscaling objects, the ``accelerator-unit-costs`` and ``service-classes-config`` data, the
-main ConfigMap and (limited mode) the GPU inventory — so the simulator exercises the real code path.
+main ConfigMap and (limited mode) the GPU inventory — and hands it to :class:`OptimizerPlanner`, which
+runs the operator's optimizer (:func:`variant_autoscaler.core.optimizer.optimize`) on it.
 
 * **WVA** (wva.md): every 60 s, unlimited mode, each VA keeps its accelerator, ``minReplicas`` 1, the
   load is ``rate(vllm:request_success_total[1m])`` of the VA's *model* (WVA selects series by

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from variant_autoscaler.adapters.kube import (
+    CallableTransport,
     Credentials,
     ForbiddenError,
     InvalidError,
@@ -35,7 +36,7 @@ class Token:
 def _client(handler: Any) -> KubeClient:
     return KubeClient(
         Credentials(host="https://k8s.test", verify=True, token_source=Token()),
-        transport=httpx.MockTransport(handler),
+        transport=CallableTransport.from_httpx(handler),
         backoff=0.0,
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from variant_autoscaler.adapters.kube import Credentials, KubeClient
+from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
 from variant_autoscaler.adapters.lease import LeaderElector
 
 
@@ -50,7 +50,9 @@ class Clock:
 
 def _elector(server: FakeLeases, identity: str, clock: Clock) -> LeaderElector:
     kube = KubeClient(
-        Credentials(host="https://k8s.test", verify=True), transport=httpx.MockTransport(server), retries=0
+        Credentials(host="https://k8s.test", verify=True),
+        transport=CallableTransport.from_httpx(server),
+        retries=0,
     )
     return LeaderElector(
         kube,
