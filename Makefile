@@ -69,7 +69,7 @@ CLUSTER_PROFILE ?= full
 LOCALCLUSTER := PYTHONPATH=hack $(PY) -m localcluster
 
 .PHONY: cluster-bins
-cluster-bins: ## Install etcd/Prometheus (apt) and build the Kubernetes components (cached, outside the repo).
+cluster-bins: ## Install Prometheus (apt); build Kubernetes, kwok, prometheus-adapter, etcd (cached, outside the repo).
 	hack/install-deps.sh
 	hack/build-bins.sh
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for hack/*.sh (sourced after hack/versions.env). Keep in step with localcluster/versions.py.
 
 # The binary cache shared with localcluster/versions.py (VA_CACHE_DIR overrides it).
