@@ -2,23 +2,48 @@
 
 For each accelerator in the variant's profile (only the current one when it must keep its accelerator)
 and each of a few batch sizes up to the profile's ``maxBatchSize`` (that value always included), the
-analyzer (:func:`~variant_autoscaler.core.analyzer.size_allocation`) gives the replicas the load needs,
-their cost, and the rate one replica sustains within the SLOs. Combinations that cannot meet the SLOs
-are kept out, each with its reason.
+analyzer gives the replicas the load needs, their cost, and the rate one replica sustains within the
+SLOs. Combinations that cannot meet the SLOs are kept out, each with its reason.
+
+:func:`build_candidate_sets` does this for every variant of a plan with one call of the analyzer's batch
+(:func:`~variant_autoscaler.core.analyzer.size_allocations`), which sizes all the candidates together;
+:func:`build_candidates` sizes one variant's candidates one call each (a custom sizer, tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from variant_autoscaler.core.analyzer import SLO, Load, Sizing
-from variant_autoscaler.core.model import AcceleratorType, VariantInput
+from variant_autoscaler.core.analyzer import (
+    SLO,
+    Load,
+    Sizing,
+    SizingOutcome,
+    SizingRequest,
+    Sizings,
+    size_allocation,
+    size_allocations,
+)
+from variant_autoscaler.core.model import AcceleratorType, Profile, VariantInput
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.errors import InfeasibleError, ModelError
 
-__all__ = ["Candidate", "CandidateSet", "Rejection", "Sizer", "batch_sizes", "build_candidates"]
+__all__ = [
+    "SAME_RATE",
+    "BatchSizer",
+    "Candidate",
+    "CandidateSet",
+    "Rejection",
+    "Sizer",
+    "batch_sizes",
+    "batched",
+    "build_candidate_sets",
+    "build_candidates",
+    "per_call",
+]
 
 
 class Sizer(Protocol):
@@ -39,6 +64,11 @@ class Sizer(Protocol):
     ) -> Sizing: ...
 
 
+#: Rates per replica closer than this (relative) count as the same rate when choosing a batch size.
+SAME_RATE = 1e-6
+
+
+@functools.lru_cache(maxsize=1024)
 def batch_sizes(max_batch: int, count: int) -> tuple[int, ...]:
     """Up to ``count`` batch sizes: ``max_batch`` then halving (``256, 128, 64, 32``; ``4, 2, 1``)."""
     if max_batch < 1 or count < 1:
@@ -105,17 +135,20 @@ class CandidateSet:
 
         On one accelerator every batch size costs the same per replica and occupies the same devices, so
         the fastest one needs the fewest replicas and serves the most per replica: the others are
-        dominated in every objective the optimizer uses.
+        dominated in every objective the optimizer uses. Rates within a relative :data:`SAME_RATE` of the
+        highest count as tied: the analyzer finds rates to about 1e-7, so a closer difference is noise
+        (typically two batch sizes the load never fills), and the larger batch should win whatever it is.
         """
-        best: dict[str, Candidate] = {}
+        groups: dict[str, list[Candidate]] = {}
         for candidate in self.candidates:
-            kept = best.get(candidate.accelerator)
-            if kept is None or (candidate.rate_per_replica, candidate.batch) > (
-                kept.rate_per_replica,
-                kept.batch,
-            ):
-                best[candidate.accelerator] = candidate
-        return tuple(best[name] for name in sorted(best))
+            groups.setdefault(candidate.accelerator, []).append(candidate)
+        best: list[Candidate] = []
+        for name in sorted(groups):
+            group = groups[name]
+            fastest = max(c.rate_per_replica for c in group)
+            tied = [c for c in group if c.rate_per_replica >= fastest * (1.0 - SAME_RATE)]
+            best.append(max(tied, key=lambda c: (c.batch, c.rate_per_replica)))
+        return tuple(best)
 
     def rejection_summary(self, limit: int = 3) -> str:
         """Why accelerators with no feasible batch size were left out, e.g. ``G2: ITL ... unreachable``."""
@@ -130,6 +163,180 @@ class CandidateSet:
         return "; ".join(parts)
 
 
+class BatchSizer(Protocol):
+    """Sizes many candidates in one call (:func:`variant_autoscaler.core.analyzer.size_allocations`):
+    entry ``i`` is ``requests[i]``'s sizing, or the InfeasibleError / ModelError explaining why not."""
+
+    def __call__(self, requests: Sequence[SizingRequest]) -> Sequence[SizingOutcome]: ...
+
+
+def per_call(sizer: Sizer) -> BatchSizer:
+    """A :class:`BatchSizer` that calls ``sizer`` once per request (a custom sizer, e.g. in tests)."""
+
+    def size_each(requests: Sequence[SizingRequest]) -> Sequence[SizingOutcome]:
+        outcomes: list[SizingOutcome] = []
+        for r in requests:
+            extra = {} if r.max_queue_size is None else {"max_queue_size": r.max_queue_size}
+            try:
+                outcomes.append(
+                    sizer(
+                        accelerator=r.accelerator,
+                        unit_cost=r.unit_cost,
+                        acc_count=r.acc_count,
+                        parms=r.parms,
+                        max_batch_size=r.max_batch_size,
+                        load=r.load,
+                        slo=r.slo,
+                        min_replicas=r.min_replicas,
+                        **extra,
+                    )
+                )
+            except (InfeasibleError, ModelError) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    return size_each
+
+
+def _numbers_of(
+    outcomes: Sequence[SizingOutcome],
+) -> Callable[[int], tuple[int, float, float, float, float, float] | InfeasibleError | ModelError]:
+    """:meth:`Sizings.numbers` for any sequence of outcomes."""
+
+    def numbers(i: int) -> tuple[int, float, float, float, float, float] | InfeasibleError | ModelError:
+        o = outcomes[i]
+        if isinstance(o, Sizing):
+            return (o.replicas, o.cost, o.itl, o.ttft, o.rho, o.max_rate_per_replica)
+        return o
+
+    return numbers
+
+
+def batched(sizer: Sizer) -> BatchSizer:
+    """The batch form of ``sizer``: :func:`size_allocations` for the analyzer's own
+    :func:`size_allocation` (same results, vectorised), else ``sizer`` called once per request."""
+    return size_allocations if sizer is size_allocation else per_call(sizer)
+
+
+class _Slot(NamedTuple):
+    """A candidate waiting for its sizing: ``request`` is its index in the batch."""
+
+    name: str
+    device: str
+    batch: int
+    units: int
+    cost_per_replica: float
+    request: int
+
+
+def build_candidate_sets(
+    jobs: Sequence[tuple[VariantInput, Load | None]],
+    accelerators: Mapping[str, AcceleratorType],
+    *,
+    batch_count: int,
+    sizer: BatchSizer = size_allocations,
+) -> list[CandidateSet]:
+    """The candidates of every ``(variant, load)`` job (load None: the variant's own), sized in one call
+    of ``sizer`` so that the analyzer can solve them all together; the same sets, in the same order, as
+    :func:`build_candidates` gives one by one.
+
+    The caller handles variants without load; passing none here is a programming error.
+    """
+    plans: list[tuple[VariantInput, list[Rejection | _Slot]]] = []
+    requests: list[SizingRequest] = []
+    for variant, given in jobs:
+        load = given if given is not None else variant.load
+        if load is None:
+            raise ValueError(f"variant {variant.key} has no load to size")
+        entries: list[Rejection | _Slot] = []
+        if variant.keep_accelerator and variant.current_accelerator:
+            names = [variant.current_accelerator]
+            if variant.profile(variant.current_accelerator) is None:
+                entries.append(
+                    Rejection(
+                        variant.current_accelerator,
+                        None,
+                        "keepAccelerator is set but the model profile has no entry for the current "
+                        "accelerator",
+                    )
+                )
+                names = []
+        else:
+            names = sorted(p.accelerator for p in variant.profiles)
+        profiles: dict[str, Profile] = {}
+        for p in variant.profiles:
+            profiles.setdefault(p.accelerator, p)  # the first one, as VariantInput.profile
+        slo = variant.service.slo
+        for name in names:
+            profile = profiles[name]
+            accelerator = accelerators.get(name)
+            if accelerator is None:
+                entries.append(Rejection(name, None, "not listed in accelerator-unit-costs"))
+                continue
+            units = profile.acc_count * accelerator.multiplicity
+            top = variant.max_batch_size if variant.max_batch_size is not None else profile.max_batch_size
+            for batch in batch_sizes(top, batch_count):
+                entries.append(
+                    _Slot(
+                        name,
+                        accelerator.device,
+                        batch,
+                        units,
+                        accelerator.cost * profile.acc_count,
+                        len(requests),
+                    )
+                )
+                requests.append(  # positional, in the order of the fields (faster than keywords)
+                    SizingRequest(
+                        name,
+                        accelerator.cost,
+                        profile.acc_count,
+                        profile.parms,
+                        batch,
+                        load,
+                        slo,
+                        variant.min_replicas,
+                    )
+                )
+        plans.append((variant, entries))
+    outcomes = sizer(requests) if requests else []
+    if len(outcomes) != len(requests):
+        raise ValueError(f"the sizer answered {len(outcomes)} of {len(requests)} requests")
+    # The analyzer's batch gives its numbers without building a Sizing for each candidate.
+    numbers = outcomes.numbers if isinstance(outcomes, Sizings) else _numbers_of(outcomes)
+    sets: list[CandidateSet] = []
+    for variant, entries in plans:
+        candidates: list[Candidate] = []
+        rejections: list[Rejection] = []
+        sizings = 0
+        for entry in entries:
+            if isinstance(entry, Rejection):
+                rejections.append(entry)
+                continue
+            sizings += 1
+            outcome = numbers(entry.request)
+            if isinstance(outcome, InfeasibleError | ModelError):
+                rejections.append(Rejection(entry.name, entry.batch, str(outcome) or type(outcome).__name__))
+                continue
+            replicas, _, itl, ttft, rho, rate = outcome
+            candidates.append(  # positional, in the order of the fields (faster than keywords)
+                Candidate(
+                    entry.name,
+                    entry.device,
+                    entry.batch,
+                    replicas,
+                    entry.units,
+                    entry.cost_per_replica,
+                    rate,
+                    itl,
+                    ttft,
+                    rho,
+                )
+            )
+        sets.append(CandidateSet(variant.key, tuple(candidates), tuple(rejections), sizings))
+    return sets
+
+
 def build_candidates(
     variant: VariantInput,
     accelerators: Mapping[str, AcceleratorType],
@@ -138,66 +345,12 @@ def build_candidates(
     sizer: Sizer,
     load: Load | None = None,
 ) -> CandidateSet:
-    """All feasible candidates of ``variant`` for ``load`` (default: the variant's own load).
+    """All feasible candidates of ``variant`` for ``load`` (default: the variant's own load), each sized
+    by one call of ``sizer`` (:func:`build_candidate_sets` sizes many variants in one batch).
 
     The caller handles variants without load; passing none here is a programming error.
     """
-    load = load if load is not None else variant.load
-    if load is None:
-        raise ValueError(f"variant {variant.key} has no load to size")
-    rejections: list[Rejection] = []
-    candidates: list[Candidate] = []
-    sizings = 0
-    if variant.keep_accelerator and variant.current_accelerator:
-        names = [variant.current_accelerator]
-        if variant.profile(variant.current_accelerator) is None:
-            rejections.append(
-                Rejection(
-                    variant.current_accelerator,
-                    None,
-                    "keepAccelerator is set but the model profile has no entry for the current accelerator",
-                )
-            )
-            names = []
-    else:
-        names = sorted(p.accelerator for p in variant.profiles)
-    for name in names:
-        profile = variant.profile(name)
-        assert profile is not None
-        accelerator = accelerators.get(name)
-        if accelerator is None:
-            rejections.append(Rejection(name, None, "not listed in accelerator-unit-costs"))
-            continue
-        units = profile.acc_count * accelerator.multiplicity
-        top = variant.max_batch_size if variant.max_batch_size is not None else profile.max_batch_size
-        for batch in batch_sizes(top, batch_count):
-            sizings += 1
-            try:
-                sizing = sizer(
-                    accelerator=name,
-                    unit_cost=accelerator.cost,
-                    acc_count=profile.acc_count,
-                    parms=profile.parms,
-                    max_batch_size=batch,
-                    load=load,
-                    slo=variant.service.slo,
-                    min_replicas=variant.min_replicas,
-                )
-            except (InfeasibleError, ModelError) as exc:
-                rejections.append(Rejection(name, batch, str(exc) or type(exc).__name__))
-                continue
-            candidates.append(
-                Candidate(
-                    accelerator=name,
-                    device=accelerator.device,
-                    batch=batch,
-                    replicas=sizing.replicas,
-                    units_per_replica=units,
-                    cost_per_replica=accelerator.cost * profile.acc_count,
-                    rate_per_replica=sizing.max_rate_per_replica,
-                    itl=sizing.itl,
-                    ttft=sizing.ttft,
-                    rho=sizing.rho,
-                )
-            )
-    return CandidateSet(variant.key, tuple(candidates), tuple(rejections), sizings)
+    (cset,) = build_candidate_sets(
+        [(variant, load)], accelerators, batch_count=batch_count, sizer=per_call(sizer)
+    )
+    return cset

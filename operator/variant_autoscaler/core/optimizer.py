@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from variant_autoscaler.core.analyzer import Load, size_allocation
-from variant_autoscaler.core.candidates import Candidate, CandidateSet, Sizer, build_candidates
+from variant_autoscaler.core.candidates import Candidate, CandidateSet, Sizer, batched, build_candidate_sets
 from variant_autoscaler.core.milp import MemberResult, MilpMember, MilpUnit, UnitResult, solve_allocation
 from variant_autoscaler.core.model import (
     AcceleratorType,
@@ -114,18 +114,11 @@ def prepare(
     started = clock() if clock is not None else None
     candidates: dict[str, CandidateSet] = {}
     sizings = 0
-    for variant in ordered:
-        if variant.load is None:
-            continue
-        pool = pool_of.get(variant.key)
-        cset = build_candidates(
-            variant,
-            accelerators,
-            batch_count=config.batch_sizes,
-            sizer=sizer,
-            load=pool.load if pool is not None else None,
-        )
-        candidates[variant.key] = cset
+    # Every candidate of every variant is sized in one batch (the analyzer's vectorised path).
+    jobs = [(v, pool_of[v.key].load if v.key in pool_of else None) for v in ordered if v.load is not None]
+    batch = batched(sizer)
+    for cset in build_candidate_sets(jobs, accelerators, batch_count=config.batch_sizes, sizer=batch):
+        candidates[cset.key] = cset
         sizings += cset.sizings
     seconds = None if clock is None or started is None else clock() - started
     return Prepared(ordered, candidates, pools, pool_of, seconds, sizings)
