@@ -1,22 +1,24 @@
 """Fidelity of the emulator to the queueing analyzer: predicted vs measured mean TTFT, ITL, throughput.
 
-For each profile and load (a fraction of the analyzer's maximum rate ``rate_range[1]``), a real
-``vllm-emulator`` process is driven by a real ``vllm-loadgen`` process (Poisson arrivals, fixed prompt
-and output lengths equal to the analyzer's inputs, streaming, in-flight requests capped at the
-analyzer's ``K = N + 10·N`` so both block the same way). Three sets of figures are compared:
+For each profile and load (a fraction of the analyzer's maximum rate ``rate_range[1]``), the emulator
+serves Poisson arrivals with the prompt and output lengths given to the analyzer, requests in the
+system capped at the analyzer's ``K = N + 10·N`` so both block the same way. Two measurements:
 
-* **analyzer**: ``QueueAnalyzer(N, None, ServiceParms(α, β, γ, δ), RequestSize(L_in, L_out)).analyze(λ)``;
-* **emulator metrics**: the means of ``vllm:time_to_first_token_seconds`` and
-  ``vllm:inter_token_latency_seconds`` over the run, and the completion rate from
-  ``vllm:request_success_total`` over the middle of the arrival window (what Prometheus would see);
-* **load generator**: the client-side means and completed requests per second of schedule.
+* **engine**: the emulator's :class:`~vllm_emulator.engine.Engine` alone on a virtual clock, many
+  arrivals, exact means (the model, free of timing noise);
+* **processes**: a real ``vllm-emulator`` process driven by a real ``vllm-loadgen`` process over HTTP
+  (streamed at time scale 1): the means of the emulator's histograms, the completion rate from
+  ``vllm:request_success_total`` (what Prometheus would see), and the client-side means.
 
-Everything is reported in emulated time: the emulator runs ``--time-scale s`` times faster, so
-client-side durations are multiplied by ``s`` and rates divided by it (the client's fixed HTTP and
-event-loop overhead, about a millisecond or two per response, is multiplied by ``s`` as well).
+Both are compared with ``QueueAnalyzer(N, None, ServiceParms(α, β, γ, δ), RequestSize(L_in, L_out))
+.analyze(λ)``. Everything is reported in emulated time: an emulator run with ``--time-scale s`` is
+``s`` times faster, so its durations are multiplied by ``s`` and rates divided by it (the client's
+HTTP and event-loop overhead is multiplied by ``s`` as well).
 
-Run: ``python bench/fidelity.py`` (prints the markdown section; about 10 minutes), or ``make bench``.
-``BENCH_FIDELITY_SECONDS`` sets the wall-clock seconds per point (default 45).
+Run: ``python bench/fidelity.py`` (prints the markdown section; about 10 minutes), or ``make bench``;
+``python bench/fidelity.py --engine-only`` runs only the engine table (under a minute, exactly
+reproducible: virtual clock, fixed seed). ``BENCH_FIDELITY_SECONDS`` sets the wall-clock seconds per
+process point (default 45), ``BENCH_FIDELITY_ENGINE_REQUESTS`` the arrivals per engine point (40000).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class Case:
     time_scale: float
     output_spec: str = ""  # loadgen --output-tokens; default fixed at output_tokens
     loads: tuple[float, ...] = LOADS
+    stream: bool = True
+    """Stream in the process runs (client-side TTFT and ITL); off where the time scale is high."""
 
     @property
     def outputs(self) -> str:
@@ -69,12 +73,12 @@ class Case:
 
 
 CASES = (
-    Case("WVA e2e A100 (N=4)", 20.58, 0.41, 20.58, 0.041, 4, 128, 128, time_scale=50.0),
+    Case("WVA e2e A100 (N=4)", 20.58, 0.41, 20.58, 0.041, 4, 128, 128, time_scale=50.0, stream=False),
     Case("large batch (N=64)", 8.0, 0.05, 15.0, 0.002, 64, 256, 128, time_scale=1.0),
     Case(
         "WVA e2e A100, exponential output lengths",
         20.58, 0.41, 20.58, 0.041, 4, 128, 128, time_scale=50.0,
-        output_spec="exponential:128", loads=(0.50, 0.80),
+        output_spec="exponential:128", loads=(0.50, 0.80), stream=False,
     ),
 )  # fmt: skip
 
@@ -124,7 +128,7 @@ def _measure(case: Case, load: float) -> Point:
     ]  # fmt: skip
     loadgen = [
         sys.executable, "-m", "vllm_emulator.loadgen", "--rps", repr(rate * scale),
-        "--duration", str(SECONDS), "--arrival", "poisson", "--stream",
+        "--duration", str(SECONDS), "--arrival", "poisson", *(["--stream"] if case.stream else []),
         "--input-tokens", str(case.input_tokens), "--output-tokens", case.outputs,
         "--max-concurrency", str(cap), "--seed", "7", "--progress-interval", "0", "--drain-timeout", "120",
     ]  # fmt: skip
@@ -234,6 +238,8 @@ def _delta(value: float, reference: float) -> float:
 
 
 def _cell(value: float, reference: float, digits: int) -> str:
+    if math.isnan(value):
+        return "—"
     if math.isnan(reference):
         return f"{value:.{digits}f}"
     return f"{value:.{digits}f} ({_delta(value, reference):+.0%})"
@@ -263,13 +269,14 @@ def _analyzer_cell(p: Point) -> str:
     return f"{pr['throughput']:.3f} / {_num(pr['ttft'], 1)} / {pr['itl']:.2f}"
 
 
-def run() -> str:
+def run(*, engine_only: bool = False) -> str:
     engine_points = [_engine_run(case, load) for case in CASES for load in case.loads]
-    points = [_measure(case, load) for case in CASES for load in case.loads]
+    points = [] if engine_only else [_measure(case, load) for case in CASES for load in case.loads]
     lines = [
         "## Emulator fidelity vs the queueing analyzer",
         "",
-        f"Command: `{COMMAND}`. The analyzer (`variant_autoscaler.core.queueing.QueueAnalyzer`) predicts "
+        f"Command: `{COMMAND}{' --engine-only' if engine_only else ''}`. The analyzer "
+        "(`variant_autoscaler.core.queueing.QueueAnalyzer`) predicts "
         "mean throughput X, TTFT and ITL for Poisson arrivals at a fraction of its maximum rate; the "
         "emulator is measured under the same load, prompt and output lengths as given to the analyzer, "
         "with requests in the system capped at the analyzer's K = 11·N (arrivals over it are dropped, as "
@@ -302,12 +309,16 @@ def run() -> str:
             f"{_cell(em['itl'], p.predicted['itl'], 2)} | {em['queue']:.1f} | {p.dropped} | "
             f"{_verdict(p, process=False)} |"
         )
+    if engine_only:
+        return "\n".join([*lines, "", *_explanation(engine_points, points), ""])
     lines += [
         "",
         f"### A real `vllm-emulator` process driven by a real `vllm-loadgen` ({SECONDS:g} s per point)",
         "",
-        "Streaming requests over HTTP; the emulator runs `--time-scale 50` for the WVA profile and 1 for "
-        "the large-batch one, and the figures are converted back to emulated time "
+        "Requests over HTTP, streamed for the large-batch profile (time scale 1) and not streamed for the "
+        "WVA profile (time scale 50, where a streaming Python client's own latency, multiplied by 50, "
+        "would swamp client-side TTFT and its CPU use would distort the arrivals); figures are converted "
+        "back to emulated time "
         "(`BENCH_FIDELITY_SECONDS` changes the wall-clock seconds per point). *X served* = λ × completed / "
         "arrivals (the load generator's counts; compares with `X = λ·(1 − p_K)`); *X metric* = "
         "`rate(vllm:request_success_total)` over the middle 70 % of the arrival window, with the ±2σ "
@@ -343,12 +354,17 @@ def _ttft_list(points: list[Point]) -> str:
 
 def _explanation(engine_points: list[Point], points: list[Point]) -> list[str]:
     out = ["How to read it:", ""]
+    noise = (
+        " *X metric* differs only by the sampling noise of a Poisson count over a finite window (the band "
+        "shown, which is also what a short `rate()` shows in Prometheus)."
+        if points
+        else ""
+    )
     out.append(
         "- **ITL and throughput.** The engine's decode step is `α + β·b` with `b` the running batch, and a "
         "request's service is `prefill(L_in, b) + (L_out − 1)·decode(b)`, the analyzer's own accounting, "
-        "so ITL agrees at every load. Below saturation the completion rate is the arrival rate in both; "
-        "*X metric* differs only by the sampling noise of a Poisson count over a finite window (the band "
-        "shown, which is also what a short `rate()` shows in Prometheus)."
+        "so ITL agrees at every load. Below saturation the completion rate is the arrival rate in both."
+        + noise
     )
     fixed = [p for p in engine_points if p.case == CASES[0] and 0.2 < p.load <= 1.0]
     out.append(
@@ -386,26 +402,33 @@ def _explanation(engine_points: list[Point], points: list[Point]) -> list[str]:
     overheads = [
         (p.client["ttft"] - p.emulator["ttft"]) / p.case.time_scale
         for p in points
-        if p.load == min(q.load for q in points if q.case == p.case)
+        if p.case.stream and p.load == min(q.load for q in points if q.case == p.case)
     ]
-    overhead = f"{min(overheads):.1f} to {max(overheads):.1f} ms" if overheads else "a few ms"
-    out.append(
-        "- **Processes vs engine.** The process rows run the same engine on the wall clock, so they "
-        "differ from the engine rows by sampling noise (a few thousand requests, and the mean wait of a "
-        "busy queue converges slowly) and by scheduling: when the emulator process is starved of CPU, "
-        "arrivals reach the engine in bursts, which lengthens queues, all the more at time scale 50. "
-        "The client columns also add the HTTP and event-loop latency of two Python processes "
-        f"({overhead} of wall-clock time per first token in this run, at the lowest load) multiplied by "
-        "the time scale, so client TTFT is inflated; client ITL, a difference of arrival times, is not."
-    )
+    if not overheads:
+        overhead = "a few ms"
+    elif f"{min(overheads):.1f}" == f"{max(overheads):.1f}":
+        overhead = f"{min(overheads):.1f} ms"
+    else:
+        overhead = f"{min(overheads):.1f} to {max(overheads):.1f} ms"
+    if points:
+        out.append(
+            "- **Processes vs engine.** The process rows run the same engine on the wall clock, so they "
+            "differ from the engine rows by sampling noise (a few thousand requests, and the mean wait of "
+            "a busy queue converges slowly) and by scheduling: when the emulator process is starved of "
+            "CPU, arrivals reach the engine in bursts, which lengthens queues, all the more at time scale "
+            "50. The client columns also add the HTTP and event-loop latency of two Python processes "
+            f"({overhead} of wall-clock time per first token in this run, at the lowest load), so client "
+            "TTFT is above the server's; client ITL, a difference of arrival times, is not."
+        )
     misses = [p for p in engine_points if p.load <= TARGET_LOAD and not _within(p, process=False)]
     misses_p = [p for p in points if p.load <= TARGET_LOAD and not _within(p, process=True)]
     if misses or misses_p:
         names = "; ".join(f"{p.case.name} at {p.load:.0%}" for p in misses) or "none"
         names_p = "; ".join(f"{p.case.name} at {p.load:.0%}" for p in misses_p) or "none"
-        out.append(f"- Outside the target in this run: engine: {names}. Processes: {names_p}.")
+        processes = f" Processes: {names_p}." if points else ""
+        out.append(f"- Outside the target in this run: engine: {names}.{processes}")
     return out
 
 
 if __name__ == "__main__":
-    print(run())
+    print(run(engine_only="--engine-only" in sys.argv[1:]))

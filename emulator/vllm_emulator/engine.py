@@ -251,6 +251,7 @@ class Engine:
         self._now = start_time
         self._seq_counter = 0
         self._waiting: deque[Sequence] = deque()
+        self._waiting_aborted = 0  # aborted sequences still in _waiting (removed lazily, at the head)
         self._running: dict[int, Sequence] = {}  # admission order; LIFO victim = last item
         self._joining: list[Sequence] = []
         self._prefill_heap: list[tuple[float, int, int, Sequence]] = []  # (end, seq_no, epoch, seq)
@@ -284,7 +285,7 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         """Sequences in the FIFO queue (including preempted ones), as ``vllm:num_requests_waiting``."""
-        return len(self._waiting)
+        return len(self._waiting) - self._waiting_aborted
 
     @property
     def kv_cache_usage(self) -> float:
@@ -332,7 +333,7 @@ class Engine:
             stop_reason=stop_reason,
         )
         self._waiting.append(seq)
-        if len(self._waiting) == 1:
+        if len(self._waiting) - self._waiting_aborted == 1:
             self._admit(now)
         return seq
 
@@ -343,9 +344,9 @@ class Engine:
         if state is SeqState.FINISHED:
             return
         if state is SeqState.WAITING:
-            self._waiting.remove(seq)
+            self._waiting_aborted += 1  # left in the deque; _admit drops it when it reaches the head
             self._finish(seq, now, "abort")
-            if self._waiting and len(self._running) < self.config.max_num_seqs:
+            if len(self._running) < self.config.max_num_seqs:
                 self._admit(now)
             return
         seq.last_token_time = self.last_token_time(seq)
@@ -392,7 +393,7 @@ class Engine:
                     break
                 self._end_prefill()
             else:
-                if step_end > now:
+                if step_end > now or step_end == _INF:
                     break
                 if not self._fast_forward(now, prefill_end):
                     self._end_step()
@@ -466,7 +467,7 @@ class Engine:
         """
         if self._sigma > 0 or self._step_joiners or self._joining:
             return False
-        if self._waiting and len(self._running) < self.config.max_num_seqs:
+        if len(self._waiting) > self._waiting_aborted and len(self._running) < self.config.max_num_seqs:
             return False
         n = self._n_dec
         if n == 0:
@@ -548,8 +549,14 @@ class Engine:
         running = self._running
         max_seqs = self.config.max_num_seqs
         cap = self.config.kv_cache_tokens
-        while waiting and len(running) < max_seqs:
+        while waiting:
             seq = waiting[0]
+            if seq.state is SeqState.FINISHED:  # aborted while waiting
+                waiting.popleft()
+                self._waiting_aborted -= 1
+                continue
+            if len(running) >= max_seqs:
+                break
             need = seq.prompt_tokens + seq._gen + 1
             if self._kv_used() + need + self._n_dec + len(self._joining) > cap and running:
                 break

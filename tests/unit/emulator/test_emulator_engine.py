@@ -349,6 +349,28 @@ def test_noise_keeps_the_mean_step_time() -> None:
     assert cv == pytest.approx(0.3, rel=0.15)
 
 
+def test_advance_to_infinity_runs_everything_to_completion() -> None:
+    engine = make(max_num_seqs=2)
+    seqs = [engine.submit(i, 30, 20, now=0.001 * i) for i in range(5)]
+    out = engine.advance(math.inf)
+    assert len(out.finished) == 5 and all(s.state is SeqState.FINISHED for s in seqs)
+    assert engine.next_event_time() is None
+    assert engine.advance(math.inf).finished == []
+
+
+def test_aborting_many_waiting_requests_keeps_the_queue_consistent() -> None:
+    engine = make(max_num_seqs=1)
+    engine.submit("run", 10, 50, now=0.0)
+    queued = [engine.submit(i, 10, 5, now=0.0) for i in range(100)]
+    for seq in queued[::2]:
+        engine.abort(seq, now=0.0)
+    assert engine.num_waiting == 50
+    out = engine.advance(math.inf)
+    done = [s.request_id for s in out.finished if s.finish_reason == "length"]
+    assert done == ["run", *range(1, 100, 2)]  # FIFO among the survivors
+    assert engine.num_waiting == 0 and engine.num_running == 0
+
+
 def test_idle_engine_advances_by_hours_in_one_call() -> None:
     engine = make()
     seq = engine.submit("a", 10, 1000, now=0.0, stop_reason="stop")
