@@ -230,6 +230,9 @@ class Engine:
         self._last_tick = time.monotonic()
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
+        # Parsed specs of the last cycle and of this one (a cycle drops what it no longer sees).
+        self._parsed: dict[tuple[Any, ...], VariantAutoscaling | str] = {}
+        self._parsed_seen: dict[tuple[Any, ...], VariantAutoscaling | str] = {}
 
     # --- triggers ---------------------------------------------------------------------------------
 
@@ -308,6 +311,11 @@ class Engine:
             except VariantAutoscalerError as exc:
                 self.exporter.cycles.labels(result="error").inc()
                 logger.error("cycle failed: %s", exc)
+            except Exception:
+                # A bug, not a condition of the cluster: keep the traceback, count it, try again next
+                # interval. Cycles that keep failing stop completing, and the liveness probe fails.
+                self.exporter.cycles.labels(result="error").inc()
+                logger.exception("cycle failed unexpectedly")
             next_due = started + self._config.interval_seconds
 
     def health(self) -> dict[str, Any]:
@@ -383,6 +391,8 @@ class Engine:
         return out[0], out[1], out[2]
 
     async def run_cycle(self) -> CycleReport:
+        self._parsed_seen = self._parsed
+        self._parsed = {}
         started_wall = self._clock()
         started = time.monotonic()
         queries_before = self._collector.client.queries_issued if self._collector else 0
@@ -490,13 +500,28 @@ class Engine:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         ctx = _Context(body=body, key=key)
-        try:
-            va = VariantAutoscaling.model_validate(body)
-            for profile in va.spec.model_profile.accelerators:
-                profile.perf_parms.validate_numbers()
-        except (ValidationError, ValueError) as exc:
-            ctx.invalid = _short_validation(exc)
+        # The parsed spec depends on the spec and the labels only (not on the status we write each
+        # cycle), so it is cached by generation and labels.
+        fingerprint = (
+            meta.get("uid"),
+            key,
+            meta.get("generation"),
+            tuple(sorted((meta.get("labels") or {}).items())),
+        )
+        cached = self._parsed_seen.get(fingerprint)
+        if cached is None:
+            try:
+                parsed = VariantAutoscaling.model_validate({k: v for k, v in body.items() if k != "status"})
+                for profile in parsed.spec.model_profile.accelerators:
+                    profile.perf_parms.validate_numbers()
+                cached = parsed
+            except (ValidationError, ValueError) as exc:
+                cached = _short_validation(exc)
+            self._parsed[fingerprint] = cached
+        if isinstance(cached, str):
+            ctx.invalid = cached
             return ctx
+        va = cached
         ctx.va = va
         ctx.accelerator = va.accelerator_label
         if ctx.accelerator is None and len(va.spec.model_profile.accelerators) == 1:
@@ -643,7 +668,16 @@ class Engine:
             return PlanOutcome(status="config_error", solve_seconds=0.0, decisions={})
         capacity: dict[str, int] | None = None
         if cfg.optimizer_mode == "limited":
-            capacity = await self._capacity(contexts)
+            try:
+                capacity = await self._capacity(contexts)
+            except CollectionError as exc:
+                self.exporter.set_optimizer_status("error")
+                return PlanOutcome(
+                    status="error",
+                    solve_seconds=0.0,
+                    decisions={},
+                    failures={v.key: f"GPU inventory unavailable: {exc}" for v in planned},
+                )
         request = PlanRequest(
             variants=planned,
             accelerator_costs=costs,
@@ -696,6 +730,10 @@ class Engine:
         metrics_error: str | None,
         now: datetime,
     ) -> VariantOutcome:
+        # Leadership can be lost during a long cycle: from then on, write and actuate nothing (a new
+        # leader may take over once the Lease expires, which is later than our renew deadline).
+        if not self.leader.is_leader():
+            return VariantOutcome(key=ctx.key, written=False, error="not the leader any more")
         try:
             return await self._reconcile_one(
                 ctx,

@@ -11,17 +11,22 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
+from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
 from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.engine import Engine, OptimizerPlanner
+from variant_autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_NS = "workload-variant-autoscaler-system"
@@ -306,3 +311,90 @@ class Clock:
 
 def exporter() -> Exporter:
     return Exporter(is_active=lambda: True)
+
+
+NS = "llm-d-sim"
+VA = "vllme-deployment"
+
+
+class Harness:
+    def __init__(self, *, planner: Any = None, **cm_extra: str) -> None:
+        self.kube = FakeKube()
+        self.prom = FakePrometheus()
+        self.clock = Clock()
+        self.prom.now = self.clock.now.timestamp()
+        for cm in wva_configmaps(**cm_extra):
+            self.kube.put(cm)
+        self.settings = Settings(debounce_seconds=0, leader_election=False, status_conflict_retries=3)
+        self.planner = planner or OptimizerPlanner()
+        self.engine = self.new_engine()
+
+    def new_engine(self) -> Engine:
+        client = self.kube.client()
+        self.exporter = exporter()
+        return Engine(
+            self.settings,
+            kube=client,
+            exporter=self.exporter,
+            events=EventRecorder(client, instance="test"),
+            leader=AlwaysLeader(),
+            planner=self.planner,
+            vas=lambda: self.kube.list("variantautoscalings"),
+            nodes=lambda: [],
+            clock=self.clock,
+            collector_factory=self.prom.collector,
+        )
+
+    def add_va(self, body: dict[str, Any] | None = None, *, replicas: int = 1, **spec: Any) -> dict[str, Any]:
+        va = copy.deepcopy(body or load_yaml("deploy/samples/variantautoscaling.yaml"))
+        va["spec"].update(spec)
+        self.kube.put(va)
+        name = va["metadata"]["name"]
+        target = (va["spec"].get("scaleTargetRef") or {}).get("name", name)
+        if ("deployments", va["metadata"]["namespace"], target) not in self.kube.objects:
+            self.kube.put(deployment(target, va["metadata"]["namespace"], replicas=replicas))
+        return va
+
+    def load(
+        self,
+        rpm: float,
+        *,
+        model: str = "default/default",
+        namespace: str = NS,
+        out: float = 128.0,
+        inp: float = 100.0,
+        **extra: float,
+    ) -> None:
+        self.prom.now = self.clock.now.timestamp()
+        self.prom.set(
+            model,
+            namespace,
+            completion_rate=rpm / 60.0,
+            avg_input_tokens=inp,
+            avg_output_tokens=out,
+            ttft_seconds=0.05,
+            itl_seconds=0.02,
+            **extra,
+        )
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += timedelta(seconds=seconds)
+        self.prom.now = self.clock.now.timestamp()
+        for row in self.prom.series.values():
+            row["newest"] = self.prom.now
+
+    def status(self, name: str = VA) -> dict[str, Any]:
+        return self.kube.get("variantautoscalings", NS, name).get("status") or {}
+
+    def conditions(self, name: str = VA) -> dict[str, dict[str, Any]]:
+        return {c["type"]: c for c in self.status(name).get("conditions", [])}
+
+    def replicas(self, name: str = VA) -> int:
+        return int(self.kube.get("deployments", NS, name)["spec"]["replicas"])
+
+    def gauges(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {}
+        for family in text_string_to_metric_families(self.exporter.render().decode()):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out

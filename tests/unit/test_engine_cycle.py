@@ -3,115 +3,15 @@
 from __future__ import annotations
 
 import copy
-from datetime import timedelta
 from typing import Any
 
 import jsonschema
 import pytest
-from engine_fakes import (
-    OPERATOR_NS,
-    Clock,
-    FakeKube,
-    FakePrometheus,
-    deployment,
-    exporter,
-    load_yaml,
-    wva_configmaps,
-)
-from prometheus_client.parser import text_string_to_metric_families
+from engine_fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
-from variant_autoscaler.adapters.events import EventRecorder
-from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.core import status as st
-from variant_autoscaler.engine import Engine, OptimizerPlanner, PlanOutcome, PlanRequest, VariantPlan
-from variant_autoscaler.settings import Settings
-
-NS = "llm-d-sim"
-VA = "vllme-deployment"
-
-
-class Harness:
-    def __init__(self, *, planner: Any = None, **cm_extra: str) -> None:
-        self.kube = FakeKube()
-        self.prom = FakePrometheus()
-        self.clock = Clock()
-        self.prom.now = self.clock.now.timestamp()
-        for cm in wva_configmaps(**cm_extra):
-            self.kube.put(cm)
-        self.settings = Settings(debounce_seconds=0, leader_election=False, status_conflict_retries=3)
-        self.planner = planner or OptimizerPlanner()
-        self.engine = self.new_engine()
-
-    def new_engine(self) -> Engine:
-        client = self.kube.client()
-        self.exporter = exporter()
-        return Engine(
-            self.settings,
-            kube=client,
-            exporter=self.exporter,
-            events=EventRecorder(client, instance="test"),
-            leader=AlwaysLeader(),
-            planner=self.planner,
-            vas=lambda: self.kube.list("variantautoscalings"),
-            nodes=lambda: [],
-            clock=self.clock,
-            collector_factory=self.prom.collector,
-        )
-
-    def add_va(self, body: dict[str, Any] | None = None, *, replicas: int = 1, **spec: Any) -> dict[str, Any]:
-        va = copy.deepcopy(body or load_yaml("deploy/samples/variantautoscaling.yaml"))
-        va["spec"].update(spec)
-        self.kube.put(va)
-        name = va["metadata"]["name"]
-        target = (va["spec"].get("scaleTargetRef") or {}).get("name", name)
-        if ("deployments", va["metadata"]["namespace"], target) not in self.kube.objects:
-            self.kube.put(deployment(target, va["metadata"]["namespace"], replicas=replicas))
-        return va
-
-    def load(
-        self,
-        rpm: float,
-        *,
-        model: str = "default/default",
-        namespace: str = NS,
-        out: float = 128.0,
-        inp: float = 100.0,
-        **extra: float,
-    ) -> None:
-        self.prom.now = self.clock.now.timestamp()
-        self.prom.set(
-            model,
-            namespace,
-            completion_rate=rpm / 60.0,
-            avg_input_tokens=inp,
-            avg_output_tokens=out,
-            ttft_seconds=0.05,
-            itl_seconds=0.02,
-            **extra,
-        )
-
-    def advance(self, seconds: float) -> None:
-        self.clock.now += timedelta(seconds=seconds)
-        self.prom.now = self.clock.now.timestamp()
-        for row in self.prom.series.values():
-            row["newest"] = self.prom.now
-
-    def status(self, name: str = VA) -> dict[str, Any]:
-        return self.kube.get("variantautoscalings", NS, name).get("status") or {}
-
-    def conditions(self, name: str = VA) -> dict[str, dict[str, Any]]:
-        return {c["type"]: c for c in self.status(name).get("conditions", [])}
-
-    def replicas(self, name: str = VA) -> int:
-        return int(self.kube.get("deployments", NS, name)["spec"]["replicas"])
-
-    def gauges(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        out = {}
-        for family in text_string_to_metric_families(self.exporter.render().decode()):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
+from variant_autoscaler.engine import PlanOutcome, PlanRequest, VariantPlan
 
 
 def _schema() -> dict[str, Any]:
@@ -492,3 +392,24 @@ async def test_health_fails_when_cycles_stop() -> None:
     h.engine.last_completed = (h.engine.last_completed or 0.0) - 10_000
     with pytest.raises(Exception, match="no cycle has completed"):
         h.engine.health()
+
+
+async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
+    class LostLease:
+        def is_leader(self) -> bool:
+            return False
+
+        async def run(self) -> None:
+            return None
+
+        async def release(self) -> None:
+            return None
+
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    h.engine.leader = LostLease()
+    report = await h.engine.run_cycle()
+    assert [o.error for o in report.outcomes] == ["not the leader any more"]
+    assert h.kube.writes("PATCH", "") == 0 and h.kube.events() == []
+    assert h.replicas() == 1

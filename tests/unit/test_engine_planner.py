@@ -7,8 +7,7 @@ import copy
 from typing import Any
 
 import pytest
-from engine_fakes import load_yaml
-from test_engine_cycle import NS, VA, Harness
+from engine_fakes import NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.api.config import parse_main_config
@@ -219,3 +218,16 @@ def test_keep_accelerator_off_lets_the_plan_pick_another_profile() -> None:
     free = OptimizerPlanner().plan(_request(_planned(copy.deepcopy(va), 600.0), KEEP_ACCELERATOR="false"))
     assert free.decisions[(NS, VA)].accelerator in {"A100", "MI300X", "G2"}
     assert "feasible accelerator" in free.decisions[(NS, VA)].reason
+
+
+async def test_limited_mode_without_an_inventory_holds() -> None:
+    h = Harness(OPTIMIZER_MODE="limited", DEFAULT_ACTUATION_MODE="patch")
+    h.kube.forbid = {"pods"}  # RBAC without pods list: the inventory cannot be computed
+    h.add_va(replicas=2)
+    h.load(2000.0)
+    report = await h.engine.run_cycle()
+    assert report.plan_status == "error"
+    cond = h.status()["conditions"]
+    ready = next(c for c in cond if c["type"] == "OptimizationReady")
+    assert ready["reason"] == "OptimizationFailed" and "GPU inventory unavailable" in ready["message"]
+    assert h.replicas() == 2 and h.status()["desiredOptimizedAlloc"]["numReplicas"] == 2

@@ -1,0 +1,123 @@
+"""The kopf handlers called directly: tuning, delegation to the engine, error mapping; the run command."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import kopf
+import pytest
+
+from variant_autoscaler import handlers
+from variant_autoscaler.adapters.inventory import NodeGPUs
+from variant_autoscaler.commands.run import register, settings_from_args
+from variant_autoscaler.errors import ConfigError, VariantAutoscalerError
+from variant_autoscaler.settings import Settings
+
+
+class FakeEngine:
+    def __init__(self, healthy: bool = True) -> None:
+        self.healthy = healthy
+        self.vas: list[tuple[str | None, Any]] = []
+        self.nodes: list[tuple[str | None, Any]] = []
+
+    def notify_va(self, event_type: str | None, body: Any) -> None:
+        self.vas.append((event_type, body))
+
+    def notify_node(self, event_type: str | None, body: Any) -> None:
+        self.nodes.append((event_type, body))
+
+    def health(self) -> dict[str, Any]:
+        if not self.healthy:
+            raise VariantAutoscalerError("no cycle has completed for 999s")
+        return {"leader": True, "cycles": 3}
+
+
+class FakeRuntime:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine = engine
+
+
+def _memo(engine: FakeEngine) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.runtime = FakeRuntime(engine)
+    return memo
+
+
+def test_kopf_is_tuned_in_one_place() -> None:
+    settings = kopf.OperatorSettings()
+    handlers._tune(settings, Settings(kube_timeout_seconds=12))
+    assert settings.persistence.finalizer == "llmd.ai/variant-autoscaler"
+    assert settings.posting.enabled is False
+    assert settings.scanning.disabled is True
+    assert settings.networking.request_timeout == 12
+    assert settings.queueing.idle_timeout == 600
+    # No diff base is built (ours are index and event handlers only): no per-event deep copy.
+    body = kopf.Body({"metadata": {"name": "x"}, "spec": {"big": list(range(100))}})
+    assert settings.persistence.diffbase_storage.build(body=body) == {}
+    assert settings.persistence.diffbase_storage.fetch(body=body) is None
+
+
+def test_event_handlers_delegate_to_the_engine() -> None:
+    engine = FakeEngine()
+    memo = _memo(engine)
+    body = kopf.Body({"metadata": {"name": "va", "namespace": "ns", "generation": 1}})
+    handlers.va_event(type="MODIFIED", body=body, memo=memo)
+    handlers.node_event(type="DELETED", body=body, memo=memo)
+    assert engine.vas == [("MODIFIED", body)] and engine.nodes == [("DELETED", body)]
+
+
+def test_indices_hold_slim_objects() -> None:
+    annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"}
+    meta = {
+        "name": "va",
+        "namespace": "ns",
+        "managedFields": [{"manager": "kubectl"}],
+        "annotations": annotations,
+    }
+    body = kopf.Body({"metadata": meta, "spec": {"modelID": "m"}})
+    indexed = handlers.va_index(namespace="ns", name="va", body=body)
+    value = indexed[("ns", "va")]
+    assert "managedFields" not in value["metadata"]
+    assert value["metadata"]["annotations"] == {"keep": "me"}
+    assert value["spec"] == {"modelID": "m"}
+    ready = [{"type": "Ready", "status": "True"}]
+    node = kopf.Body(
+        {
+            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": ready},
+        }
+    )
+    assert handlers.node_index(name="n1", body=node) == {
+        "n1": NodeGPUs("n1", True, (("nvidia.com/gpu", "NVIDIA-A100-PCIE-80GB", 8),))
+    }
+
+
+def test_probe_reports_health_and_fails_permanently_when_cycles_stop() -> None:
+    assert handlers.cycle_probe(memo=_memo(FakeEngine())) == {"leader": True, "cycles": 3}
+    with pytest.raises(kopf.PermanentError, match="no cycle has completed"):
+        handlers.cycle_probe(memo=_memo(FakeEngine(healthy=False)))
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["run", *argv])
+
+
+def test_run_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WVA_NAMESPACES", "from-env")
+    monkeypatch.setenv("WVA_METRICS_PORT", "9999")
+    s = settings_from_args(_args("-n", "a", "-n", "b", "--metrics-port", "0", "--no-leader-election",
+                                 "--log-format", "plain", "--identity", "me"))  # fmt: skip
+    assert s.namespaces == ["a", "b"] and s.metrics_port == 0
+    assert not s.leader_election and s.log_format == "plain" and s.identity == "me"
+    everywhere = settings_from_args(_args("-A"))
+    assert everywhere.namespaces == [] and everywhere.clusterwide and everywhere.metrics_port == 9999
+    assert settings_from_args(_args()).namespaces == ["from-env"]
+
+
+def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WVA_KUBE_CONCURRENCY", "0")
+    with pytest.raises(ConfigError, match="kube_concurrency"):
+        settings_from_args(_args())
