@@ -71,7 +71,7 @@ VARIANTS = (
         slo=Slo(ttft_ms=500, itl_ms=24),
         slo_class="premium.yaml",
         mode="metrics",
-        schedule=((45, 60), (60, 250), (45, 120), (60, 30)),
+        schedule=((45, 60), (60, 250), (45, 170), (60, 30)),
     ),
     Variant(
         name="llama-7b-mi300x",
@@ -394,5 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--refresh", type=float, default=2.0, help="seconds between table refreshes")
     args = parser.parse_args(argv)
+    # Ctrl-C must work even when started with SIGINT ignored (in the background of a script, say).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     return run(args)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from e2e_support import E2EResults, Kube, LoadDriver, Operator, Slo
 from localcluster import LocalCluster, wait_for
-from operator_harness import MAIN_CM, OPERATOR_NS, install
+from operator_harness import install
 
 ROOT = Path(__file__).resolve().parents[2]
 _RESULTS = pytest.StashKey[E2EResults]()
@@ -86,15 +86,12 @@ def scenario_namespace(
 def install_operator(full_cluster: LocalCluster) -> Iterator[Callable[..., Path]]:
     """``install_operator(**main_configmap_overrides)`` → the ServiceAccount's kubeconfig.
 
-    CRD, namespace, RBAC and ConfigMaps from deploy/, the main ConfigMap pointed at the cluster's
-    Prometheus with a 2 s cycle and a 20 s metrics window (operator_harness). Reinstalled with the plain
-    test settings afterwards, so the next scenario starts from them.
+    CRD, namespace, RBAC and ConfigMaps from deploy/ (replaced, not merged), the main ConfigMap pointed at
+    the cluster's Prometheus with a 2 s cycle and a 20 s metrics window (operator_harness). Reinstalled
+    with the plain test settings afterwards, so the next scenario starts from them.
     """
 
     def apply(**overrides: str) -> Path:
-        # A fresh main ConfigMap: keys patched in by an earlier test (another field manager) would
-        # otherwise survive the server-side apply.
-        full_cluster.kubectl("delete", "configmap", "-n", OPERATOR_NS, MAIN_CM, "--ignore-not-found")
         prometheus = full_cluster.prometheus_url
         return install(full_cluster, prometheus, full_cluster.prometheus_ca_file, **overrides)
 

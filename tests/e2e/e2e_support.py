@@ -45,8 +45,6 @@ LOW_RPM = 60.0
 HIGH_RPM = 280.0
 #: Cycles to wait for the decision to settle: 10 × 2 s covers the 20 s metrics window.
 SETTLE_CYCLES = 10
-
-
 PREMIUM = Slo(ttft_ms=500, itl_ms=24)
 
 
@@ -126,7 +124,7 @@ class E2EResults:
             "| Mean ITL (ms) | Facts |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for row in self.rows:
+        for row in sorted(self.rows, key=lambda r: r.scenario.split(" ", 1)[0]):  # in scenario order
             slo = "" if row.slo is None else f"{row.slo.ttft_ms:g} / {row.slo.itl_ms:g}"
             s = row.stats
             facts = "; ".join(f"{k}: {v}" for k, v in row.facts.items())

@@ -69,7 +69,12 @@ def install(
     cluster.kubectl("wait", "--for=condition=Established", "crd/variantautoscalings.llmd.ai", "--timeout=60s")
     cluster.apply(_yaml("deploy/namespace/namespace.yaml"))
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "deploy" / "rbac"))
-    cluster.apply(configmaps_for_tests(prometheus_url, ca_file, **overrides))
+    # Replace the ConfigMaps outright: keys an earlier test patched in would survive a server-side apply.
+    for cm in configmaps_for_tests(prometheus_url, ca_file, **overrides):
+        cluster.kubectl(
+            "delete", "configmap", "-n", OPERATOR_NS, cm["metadata"]["name"], "--ignore-not-found"
+        )
+        cluster.apply(cm)
     with contextlib.suppress(Exception):  # a Lease left by a killed operator of an earlier test
         cluster.kubectl("delete", "lease", "-n", OPERATOR_NS, LEASE, "--ignore-not-found")
     return cluster.write_service_account_kubeconfig(OPERATOR_NS, SERVICE_ACCOUNT)

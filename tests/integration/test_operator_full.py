@@ -171,7 +171,7 @@ def test_configmap_edit_takes_effect_without_restart(
             }
         )
         va = _status_when(full_cluster, full_namespace, lambda v: _desired(v) >= 2, "more replicas for 21 ms")
-        assert "ITL 21 ms" in va["status"]["desiredOptimizedAlloc"]["reason"]
+        assert "ITL ≤ 21 ms" in va["status"]["desiredOptimizedAlloc"]["reason"]
         # The main ConfigMap too: switch the default actuation mode to shadow.
         set_main_config(full_cluster, DEFAULT_ACTUATION_MODE="shadow")
         va = _status_when(
@@ -259,7 +259,8 @@ def test_shadow_mode_changes_nothing_on_the_deployment(
         wait_for(lambda: operator.cycles() >= before + 2, timeout=60, what="two more cycles")
         labels = {"variant_name": VA, "namespace": full_namespace, "accelerator_type": "A100"}
         assert operator.metric("inferno_desired_replicas", **labels) is None  # nothing for an HPA to follow
-        assert operator.metric("variant_autoscaler_desired_replicas", **labels, mode="shadow") == _desired(va)
+        recommended = operator.metric("variant_autoscaler_desired_replicas", **labels, mode="shadow")
+        assert recommended is not None and recommended >= 2  # the load keeps growing: not an exact value
     assert deployment_replicas(full_cluster, full_namespace, VA) == 1
     after = full_cluster.kubectl(
         "get", "deployment", "-n", full_namespace, VA, "-o", "jsonpath={.metadata.generation}"
