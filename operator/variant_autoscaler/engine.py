@@ -794,6 +794,7 @@ class Engine:
 
         # Metrics.
         metrics_ok = False
+        scale_down_hold: str | None = None
         if metrics_error is not None:
             metrics_reason = f"Prometheus: {metrics_error}"
             conditions.append(
@@ -805,9 +806,14 @@ class Engine:
             metrics_ok = True
             metrics_reason = ctx.lookup.message
             last_metrics_time = now
-            conditions.append(
-                st.Condition(st.METRICS_AVAILABLE, "True", st.REASON_METRICS_FOUND, ctx.lookup.message)
-            )
+            recovery = st.metrics_recovery(prev_conditions, now, cfg.metrics_window_seconds)
+            if recovery is None:
+                conditions.append(
+                    st.Condition(st.METRICS_AVAILABLE, "True", st.REASON_METRICS_FOUND, ctx.lookup.message)
+                )
+            else:
+                scale_down_hold = recovery.message
+                conditions.append(recovery)
         else:
             metrics_reason = ctx.lookup.message
             reason = st.REASON_METRICS_STALE if ctx.lookup.state == "stale" else st.REASON_METRICS_MISSING
@@ -882,6 +888,7 @@ class Engine:
                 history=st.recommendations_from_json(raw_status.get("recommendations")),
                 last_scale_time=last_scale_time,
                 pending_timeout_seconds=cfg.pending_timeout_seconds,
+                scale_down_hold=scale_down_hold,
             )
         )
         accelerator = plan.accelerator if plan is not None else (ctx.accelerator or "")

@@ -137,7 +137,23 @@ async def test_prometheus_down_keeps_the_last_decision_then_recovers() -> None:
     h.load(0.0)
     h.advance(60)
     await h.engine.run_cycle()
-    assert h.conditions()["MetricsAvailable"]["status"] == "True"
+    # Back, but the rate window still reaches into the outage: no scale-down yet, and it says why.
+    conds = h.conditions()
+    assert (conds["MetricsAvailable"]["status"], conds["MetricsAvailable"]["reason"]) == (
+        "True",
+        "MetricsRecovering",
+    )
+    assert h.replicas() == scaled and h.status()["desiredOptimizedAlloc"]["numReplicas"] == scaled
+    assert "held at" in h.status()["desiredOptimizedAlloc"]["reason"]
+    # A restarted operator keeps the hold: the recovery time is in the status.
+    h.engine = h.new_engine()
+    h.advance(30)
+    await h.engine.run_cycle()
+    assert h.conditions()["MetricsAvailable"]["reason"] == "MetricsRecovering"
+    assert h.replicas() == scaled
+    h.advance(30)  # one full 60 s window after the outage
+    await h.engine.run_cycle()
+    assert h.conditions()["MetricsAvailable"]["reason"] == "MetricsFound"
     assert h.replicas() == 1  # back to the minimum once metrics say so
 
 

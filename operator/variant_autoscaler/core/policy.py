@@ -10,6 +10,9 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
 2. **Bounds** — clamp the recommendation into ``[min_replicas, max_replicas]``.
 3. **Scale-down stabilisation** — a scale-down goes only as low as the highest recommendation within
    the window (the HorizontalPodAutoscaler's rule), never above the current count.
+3b. **Metrics recovering** — right after a metrics gap the rate window still holds too few samples and
+   under-reads the load: no scale-down below the previous decision or the current replicas until it is
+   full again (``scale_down_hold`` says why); scale-ups pass.
 4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
    until ``pending_timeout_seconds`` after the last scale.
 """
@@ -52,6 +55,8 @@ class PolicyInput:
     history: tuple[Recommendation, ...] = ()
     last_scale_time: datetime | None = None
     pending_timeout_seconds: float = 600.0
+    # Why a scale-down must wait although metrics are available (rule 3b), or None.
+    scale_down_hold: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,8 @@ class PolicyDecision:
     # True when the decision is a hold (rule 1): the previous decision was kept.
     held: bool
     history: tuple[Recommendation, ...]
-    # Rules that changed the optimizer's number: "hold", "min", "max", "stabilization", "pending".
+    # Rules that changed the optimizer's number: "hold", "min", "max", "stabilization", "recovering",
+    # "pending".
     limited_by: tuple[str, ...] = field(default=())
 
 
@@ -137,6 +143,15 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
             )
             desired = stabilized
             limited += ("stabilization",)
+
+    # Rule 3b: no scale-down while the metrics window refills after a gap.
+    if inp.scale_down_hold is not None:
+        known = [r for r in (inp.last_desired, current) if r is not None]
+        floor, _ = _clamp(max(known), inp.min_replicas, inp.max_replicas) if known else (desired, None)
+        if desired < floor:
+            reasons.append(f"scale-down to {desired} held at {floor}: {inp.scale_down_hold}")
+            desired = floor
+            limited += ("recovering",)
 
     # Rule 4: pending replicas.
     if (

@@ -28,6 +28,8 @@ REASON_METRICS_FOUND = "MetricsFound"
 REASON_METRICS_MISSING = "MetricsMissing"
 REASON_METRICS_STALE = "MetricsStale"
 REASON_PROMETHEUS_ERROR = "PrometheusError"
+# (ours) Available again after a gap, but the rate window is not full of new samples yet.
+REASON_METRICS_RECOVERING = "MetricsRecovering"
 
 # OptimizationReady reasons (WVA's three, then ours).
 REASON_OPTIMIZATION_SUCCEEDED = "OptimizationSucceeded"
@@ -119,6 +121,37 @@ def conditions_from_json(raw: object) -> tuple[Condition, ...]:
             )
         )
     return tuple(out)
+
+
+def metrics_recovery(previous: Sequence[Condition], now: datetime, window_seconds: float) -> Condition | None:
+    """The ``MetricsAvailable=True`` condition of a variant whose metrics came back after a gap, while
+    the metrics window still reaches into the gap; None when there was no gap or the window is full again.
+
+    After an outage (Prometheus down, say) every ``rate(...[window])`` is computed from the samples since
+    it ended but divided by the whole window, so it under-reads the load until one window has passed. The
+    recovery time is the condition's transition time, so it survives an operator restart.
+    """
+    prev = next((c for c in previous if c.type == METRICS_AVAILABLE), None)
+    if prev is None:
+        return None
+    if prev.status != "True":
+        since = now
+    elif prev.reason == REASON_METRICS_RECOVERING and prev.last_transition_time is not None:
+        since = prev.last_transition_time
+    else:
+        return None
+    until = since.timestamp() + window_seconds
+    if now.timestamp() >= until:
+        return None
+    return Condition(
+        METRICS_AVAILABLE,
+        "True",
+        REASON_METRICS_RECOVERING,
+        f"metrics are back since {format_time(since)}; until the {window_seconds:g}s rate window holds only "
+        f"new samples ({format_time(datetime.fromtimestamp(until, UTC))}) they under-read the load, so "
+        "no scale-down",
+        last_transition_time=since,
+    )
 
 
 def set_condition(conditions: Sequence[Condition], new: Condition, now: datetime) -> tuple[Condition, ...]:

@@ -169,3 +169,33 @@ def test_batch_stability() -> None:
     assert not should_apply_batch(**kw, stable_cycles=2)  # type: ignore[arg-type]
     assert not should_apply_batch(**{**kw, "enabled": False}, stable_cycles=9)  # type: ignore[arg-type]
     assert not should_apply_batch(**{**kw, "current_batch": 16}, stable_cycles=9)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("optimized", "last", "current", "max_replicas", "expected"),
+    [
+        (1, 3, 3, None, 3),  # a scale-down waits for the window to refill
+        (1, 4, 3, None, 4),  # no lower than the previous decision either
+        (1, None, 2, None, 2),  # no previous decision: the current replicas
+        (5, 3, 3, None, 5),  # scale-ups pass: the under-read only biases low
+        (1, 6, 3, 4, 4),  # within the bounds
+    ],
+)
+def test_a_metrics_recovery_holds_scale_down_only(
+    optimized: int, last: int | None, current: int, max_replicas: int | None, expected: int
+) -> None:
+    d = apply_policy(
+        _inp(
+            optimized_replicas=optimized,
+            last_desired=last,
+            current_replicas=current,
+            max_replicas=max_replicas,
+            scale_down_hold="metrics are back since 12:00",
+        )
+    )
+    assert (d.replicas, d.held) == (expected, False)
+    if expected > optimized:
+        assert "recovering" in d.limited_by
+        assert f"scale-down to {optimized} held at {expected}: metrics are back since 12:00" in d.reason
+    else:
+        assert "recovering" not in d.limited_by

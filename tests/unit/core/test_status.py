@@ -108,3 +108,24 @@ def test_conditions_and_recommendations_read_back() -> None:
     assert st.recommendations_from_json(out["recommendations"]) == (Recommendation(T0, 3),)
     assert st.conditions_from_json([{"type": "X", "status": "maybe"}, "junk"]) == ()
     assert st.recommendations_from_json([{"time": "bad", "numReplicas": 1}, {"numReplicas": -1}]) == ()
+
+
+def test_metrics_recovery_lasts_one_window_from_the_end_of_the_gap() -> None:
+    found = st.Condition("MetricsAvailable", "True", "MetricsFound", "ok", None, T0)
+    assert st.metrics_recovery((), T0, 60) is None  # first cycle: no gap seen
+    assert st.metrics_recovery((found,), T0, 60) is None
+    gap = st.Condition("MetricsAvailable", "False", "PrometheusError", "down", None, T0)
+    back = T0 + timedelta(minutes=5)
+    recovering = st.metrics_recovery((gap,), back, 60)
+    assert recovering is not None
+    assert (recovering.status, recovering.reason, recovering.last_transition_time) == (
+        "True",
+        "MetricsRecovering",
+        back,
+    )
+    assert "no scale-down" in recovering.message and "2025-05-01T12:06:00Z" in recovering.message
+    # Written back, it keeps its transition time: the window is counted from the end of the gap.
+    written = st.set_condition((gap,), recovering, back)
+    again = st.metrics_recovery(written, back + timedelta(seconds=59), 60)
+    assert again is not None and again.last_transition_time == back
+    assert st.metrics_recovery(written, back + timedelta(seconds=60), 60) is None
