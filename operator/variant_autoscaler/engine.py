@@ -517,7 +517,7 @@ class Engine:
                 cached = parsed
             except (ValidationError, ValueError) as exc:
                 cached = _short_validation(exc)
-            self._parsed[fingerprint] = cached
+        self._parsed[fingerprint] = cached  # kept for the next cycle, hit or miss
         if isinstance(cached, str):
             ctx.invalid = cached
             return ctx

@@ -429,3 +429,32 @@ async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
     assert [o.error for o in report.outcomes] == ["not the leader any more"]
     assert h.kube.writes("PATCH", "") == 0 and h.kube.events() == []
     assert h.replicas() == 1
+
+
+async def test_a_spec_is_parsed_once_until_its_generation_or_labels_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from variant_autoscaler import engine as engine_module
+
+    parsed: list[object] = []
+    real = engine_module.VariantAutoscaling.model_validate
+
+    def counting(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(obj["metadata"]["generation"])
+        return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module.VariantAutoscaling, "model_validate", counting)
+    h = Harness()
+    va = h.add_va()
+    h.load(60.0)
+    for _ in range(3):  # status writes between cycles do not count as changes
+        await h.engine.run_cycle()
+        h.advance(60)
+    assert parsed == [1]
+    va["metadata"]["generation"] = 2
+    va["spec"]["minReplicas"] = 2
+    h.kube.put(va)
+    await h.engine.run_cycle()
+    await h.engine.run_cycle()
+    assert parsed == [1, 2]
+    assert h.status()["desiredOptimizedAlloc"]["numReplicas"] >= 2
