@@ -228,6 +228,8 @@ class Engine:
         self.last_completed: float | None = None  # time.monotonic() of the last completed cycle
         self.last_report: CycleReport | None = None
         self._last_tick = time.monotonic()
+        # time.monotonic() when this process last became the leader (None while it is not).
+        self._leading_since: float | None = None
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
         # Parsed specs of the last cycle and of this one (a cycle drops what it no longer sees).
@@ -299,6 +301,7 @@ class Engine:
                 self._wake.clear()
             self._last_tick = time.monotonic()
             if not self.leader.is_leader():
+                self._leading_since = None
                 self.exporter.leader.set(0)
                 next_due = time.monotonic() + min(
                     self.settings.retry_period_seconds, self._config.interval_seconds
@@ -306,6 +309,8 @@ class Engine:
                 continue
             self.exporter.leader.set(1)
             started = time.monotonic()
+            if self._leading_since is None:
+                self._leading_since = started
             try:
                 await self.run_cycle()
             except VariantAutoscalerError as exc:
@@ -325,8 +330,17 @@ class Engine:
         if now - self._last_tick > max_age:
             raise VariantAutoscalerError(f"the cycle loop has not run for {now - self._last_tick:.0f}s")
         leader = self.leader.is_leader()
-        if leader and self.last_completed is not None and now - self.last_completed > max_age:
-            raise VariantAutoscalerError(f"no cycle has completed for {now - self.last_completed:.0f}s")
+        # Cycles are due from the moment this process leads: one that leads and never completes a
+        # cycle (every one fails) is as stuck as one whose cycles stopped.
+        due_since = max(
+            (t for t in (self.last_completed, self._leading_since) if t is not None), default=None
+        )
+        if leader and due_since is not None and now - due_since > max_age:
+            if self.last_completed is None or self.last_completed < due_since:
+                raise VariantAutoscalerError(
+                    f"no cycle has completed since leading for {now - due_since:.0f}s"
+                )
+            raise VariantAutoscalerError(f"no cycle has completed for {now - due_since:.0f}s")
         return {
             "leader": leader,
             "cycles": self.cycles_completed,

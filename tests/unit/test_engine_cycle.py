@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import jsonschema
@@ -189,13 +190,31 @@ async def test_patch_mode_scales_with_stabilisation_that_survives_a_restart() ->
 
 async def test_patch_mode_waits_for_pending_replicas() -> None:
     h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(600.0)
+    await h.engine.run_cycle()
+    scaled = h.replicas()
+    assert scaled > 1
+    dep = h.kube.get("deployments", NS, VA)
+    dep["status"]["readyReplicas"] = 1  # the new replicas are still starting
+    h.load(2400.0)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.replicas() == scaled
+    assert "still starting" in h.status()["desiredOptimizedAlloc"]["reason"]
+    h.advance(600)  # PENDING_REPLICAS_TIMEOUT after the scale: they are not coming
+    await h.engine.run_cycle()
+    assert h.replicas() > scaled
+
+
+async def test_unready_replicas_of_a_scale_never_seen_do_not_block_scale_up() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
     h.add_va(replicas=2)
     dep = h.kube.get("deployments", NS, VA)
-    dep["status"]["readyReplicas"] = 1
+    dep["status"]["readyReplicas"] = 1  # e.g. one replica crash-looping since before the operator
     h.load(1200.0)
     await h.engine.run_cycle()
-    assert h.replicas() == 2
-    assert "still starting" in h.status()["desiredOptimizedAlloc"]["reason"]
+    assert h.replicas() > 2
 
 
 async def test_patch_mode_refuses_a_target_managed_by_an_hpa() -> None:
@@ -408,6 +427,15 @@ async def test_health_fails_when_cycles_stop() -> None:
     h.engine.last_completed = (h.engine.last_completed or 0.0) - 10_000
     with pytest.raises(Exception, match="no cycle has completed"):
         h.engine.health()
+
+
+async def test_health_fails_when_a_leader_never_completes_a_cycle() -> None:
+    h = Harness()
+    h.engine._leading_since = time.monotonic() - 10_000  # led for long, every cycle failed
+    with pytest.raises(Exception, match="no cycle has completed since leading"):
+        h.engine.health()
+    h.engine._leading_since = time.monotonic()  # just became the leader: not due yet
+    assert h.engine.health()["cycles"] == 0
 
 
 async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:

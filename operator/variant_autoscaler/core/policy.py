@@ -14,7 +14,7 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
    under-reads the load: no scale-down below the previous decision or the current replicas until it is
    full again (``scale_down_hold`` says why); scale-ups pass.
 4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
-   until ``pending_timeout_seconds`` after the last scale.
+   until ``pending_timeout_seconds`` after the last scale seen (none seen: no wait).
 """
 
 from __future__ import annotations
@@ -160,8 +160,11 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
         and inp.ready_replicas is not None
         and inp.ready_replicas < current
     ):
-        within_timeout = inp.last_scale_time is None or (
-            (inp.now - inp.last_scale_time).total_seconds() < inp.pending_timeout_seconds
+        # Only replicas added by a scale the operator saw: with none known (a target it never saw
+        # change), replicas that never become ready must not block scale-ups for ever.
+        within_timeout = (
+            inp.last_scale_time is not None
+            and (inp.now - inp.last_scale_time).total_seconds() < inp.pending_timeout_seconds
         )
         if within_timeout:
             reasons.append(

@@ -145,6 +145,9 @@ def test_pending_replicas_block_scale_up_until_timeout() -> None:
     assert "2 of 4 replicas are still starting" in waiting.reason
     timed_out = apply_policy(_inp(**kw, last_scale_time=T0 - timedelta(seconds=601)))
     assert timed_out.replicas == 6
+    # No scale seen (e.g. a replica crash-looping since before the operator watched): no wait at all.
+    unknown = apply_policy(_inp(**kw, last_scale_time=None))
+    assert unknown.replicas == 6 and "pending" not in unknown.limited_by
     # Scale-down is never blocked by pending replicas.
     down = apply_policy(_inp(optimized_replicas=2, current_replicas=4, ready_replicas=1))
     assert down.replicas == 2
