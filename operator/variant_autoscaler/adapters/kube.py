@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -640,6 +641,11 @@ def target_from_scale(
     status = scale.get("status") or {}
     obj_status = obj.get("status") or {}
     ready = obj_status.get("readyReplicas")
+    # The pods' selector, for the GPU inventory (which GPUs are held by our own pods): the object's
+    # spec.selector where it has one (StatefulSet, ReplicaSet), else the /scale subresource's string.
+    selector = (obj.get("spec") or {}).get("selector")
+    if not isinstance(selector, Mapping):
+        selector = parse_selector(str(status.get("selector") or ""))
     return ScaleTarget(
         api_version=api_version,
         kind=kind,
@@ -649,7 +655,7 @@ def target_from_scale(
         spec_replicas=int(spec.get("replicas") or 0),
         status_replicas=int(status.get("replicas") or 0),
         ready_replicas=int(ready) if ready is not None else None,
-        selector={},
+        selector=dict(selector),
         controller=_controller_of(meta),
     )
 
@@ -664,6 +670,54 @@ def hpa_targets(hpas: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str],
             out[(str(meta.get("namespace") or ""), str(ref["kind"]), str(ref["name"]))] = str(
                 meta.get("name")
             )
+    return out
+
+
+_SET_EXPR = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """A label selector in its string form (``/scale``'s ``status.selector``: ``a=b,c in (d,e),!f``) as a
+    LabelSelector; ``{}`` (selects nothing) when empty or not understood."""
+    labels: dict[str, str] = {}
+    expressions: list[dict[str, Any]] = []
+    # Split on the commas outside parentheses.
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    for raw in parts:
+        part = raw.strip()
+        if not part:
+            continue
+        match = _SET_EXPR.match(part)
+        if match:
+            values = [v.strip() for v in match.group(3).split(",") if v.strip()]
+            op = "In" if match.group(2) == "in" else "NotIn"
+            expressions.append({"key": match.group(1), "operator": op, "values": values})
+        elif "!=" in part:
+            key, value = (x.strip() for x in part.split("!=", 1))
+            expressions.append({"key": key, "operator": "NotIn", "values": [value]})
+        elif "=" in part:
+            key, value = (x.strip() for x in part.replace("==", "=").split("=", 1))
+            labels[key] = value
+        elif part.startswith("!"):
+            expressions.append({"key": part[1:].strip(), "operator": "DoesNotExist"})
+        elif " " not in part:
+            expressions.append({"key": part, "operator": "Exists"})
+        else:
+            return {}  # not a selector we understand: select nothing rather than too much
+    out: dict[str, Any] = {}
+    if labels:
+        out["matchLabels"] = labels
+    if expressions:
+        out["matchExpressions"] = expressions
     return out
 
 

@@ -17,6 +17,7 @@ from variant_autoscaler.adapters.kube import (
     NotFoundError,
     find_max_num_seqs,
     hpa_targets,
+    parse_selector,
     selector_matches,
     target_from_deployment,
     target_from_scale,
@@ -177,6 +178,48 @@ def test_target_from_scale() -> None:
         {"spec": {"replicas": 2}, "status": {"replicas": 2}},
     )
     assert (t.kind, t.spec_replicas, t.ready_replicas, t.uid) == ("StatefulSet", 2, 1, "u")
+    assert t.selector == {}  # none anywhere: selects nothing
+    # The object's own selector where it has one, else the /scale subresource's string form.
+    sts = target_from_scale(
+        "apps/v1",
+        "StatefulSet",
+        {"metadata": {"name": "s"}, "spec": {"selector": {"matchLabels": {"app": "s"}}}},
+        {"spec": {"replicas": 2}, "status": {"replicas": 2, "selector": "app=other"}},
+    )
+    assert selector_matches(sts.selector, {"app": "s"})
+    lws = target_from_scale(
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        {"metadata": {"name": "l"}, "spec": {}},
+        {"spec": {"replicas": 1}, "status": {"replicas": 1, "selector": "app=l,role in (leader, worker)"}},
+    )
+    assert selector_matches(lws.selector, {"app": "l", "role": "worker"})
+    assert not selector_matches(lws.selector, {"app": "l", "role": "x"})
+
+
+@pytest.mark.parametrize(
+    ("text", "selector"),
+    [
+        ("", {}),
+        ("app=d", {"matchLabels": {"app": "d"}}),
+        ("app==d, tier = a", {"matchLabels": {"app": "d", "tier": "a"}}),
+        (
+            "app=d,env notin (dev,test),gpu,!spot,zone!=b",
+            {
+                "matchLabels": {"app": "d"},
+                "matchExpressions": [
+                    {"key": "env", "operator": "NotIn", "values": ["dev", "test"]},
+                    {"key": "gpu", "operator": "Exists"},
+                    {"key": "spot", "operator": "DoesNotExist"},
+                    {"key": "zone", "operator": "NotIn", "values": ["b"]},
+                ],
+            },
+        ),
+        ("app d e", {}),  # not understood: selects nothing
+    ],
+)
+def test_parse_selector(text: str, selector: dict[str, object]) -> None:
+    assert parse_selector(text) == selector
 
 
 @pytest.mark.parametrize(
