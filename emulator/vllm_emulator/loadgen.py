@@ -569,7 +569,8 @@ class LoadGenerator:
         if not self._inflight:
             return 0
         pending = set(self._inflight)
-        _, still = await asyncio.wait(pending, timeout=self.spec.drain_timeout or None)
+        # 0: do not wait, cancel what is still in flight (it used to mean "wait without limit").
+        _, still = await asyncio.wait(pending, timeout=self.spec.drain_timeout)
         for task in still:
             task.cancel()
         if still:

@@ -339,7 +339,7 @@ class PodRunner:
             resolved = self._value_from(pod, var.value_from)
             if resolved is not None:
                 env[var.name] = resolved
-        env["PORT"] = str(port)  # the runner's address always wins
+        env["PORT"] = env["VLLM_EMULATOR_PORT"] = str(port)  # the runner's address always wins
         env["HOST"] = env["VLLM_EMULATOR_HOST"] = LOOPBACK
         return env
 

@@ -126,7 +126,8 @@ async def test_several_targets_share_the_load_round_robin() -> None:
         assert successes(a.url) == successes(b.url) == 20
 
 
-async def test_concurrency_cap_drops_arrivals_and_drain_stops_the_run() -> None:
+@pytest.mark.parametrize("drain", [0.5, 0.0])  # 0: cancel at once (500-token outputs take ~10 s)
+async def test_concurrency_cap_drops_arrivals_and_drain_stops_the_run(drain: float) -> None:
     # A slow server (real time, long outputs): the cap is reached and the last requests cannot finish.
     with EmulatorProcess(["--model", MODEL, "--max-num-seqs", "2"]) as slow:
         spec = LoadSpec(
@@ -136,7 +137,7 @@ async def test_concurrency_cap_drops_arrivals_and_drain_stops_the_run() -> None:
             input_tokens=parse_distribution("8"),
             output_tokens=parse_distribution("500"),
             max_concurrency=3,
-            drain_timeout=0.5,
+            drain_timeout=drain,
         )
         summary = await run_load(spec)
         assert summary.scheduled == 20
