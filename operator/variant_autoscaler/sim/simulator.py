@@ -435,7 +435,7 @@ class Simulation:
             node.pods.pop(pod, None)
             self.active.pop(pod, None)
             pod.node = None
-            held = self.now - pod.placed
+            held = max(0.0, min(self.now, self.sc.duration_s) - pod.placed)  # cost stops at the end
             units = self.var_profile[pod.var].acc_count
             self.gpu_s[pod.var] += held * units
             self.cost_acc[pod.var] += held * self.var_unit_cost[pod.var] / 3600.0

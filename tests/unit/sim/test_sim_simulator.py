@@ -167,6 +167,15 @@ def test_drain_grace_expiry_kills_the_rest() -> None:
     assert r.gpu_seconds["v"] == pytest.approx(60.0 + 8.0)
 
 
+def test_a_pod_draining_past_the_end_costs_nothing_after_it() -> None:
+    # Both pods busy (one slot each) until 59.1 and 60.1; the newest is deleted at t=55 and drains
+    # past the 60 s end.
+    sc = one_model([49.0, 50.0], replicas=2, duration=60.0, cost=36.0)
+    r = simulate(sc, Scripted({55.0: {"v": 1}}), server_factory=fake_factory(slots=1, ttft=0.1, itl=1.0))
+    assert r.dropped.tolist() == [DROP_NONE, DROP_NONE]
+    assert r.gpu_seconds["v"] == pytest.approx(120.0)  # two pods for the 60 s, nothing beyond
+
+
 def test_policy_observes_scraped_rates() -> None:
     # One request per second from t=0.5 on; each takes 0.1 + 10 * 0.01 s.
     times = [0.5 + k for k in range(60)]
