@@ -144,8 +144,11 @@ class Planner(Protocol):
 @dataclass(frozen=True, slots=True)
 class VariantOutcome:
     key: VariantKey
+    # Whether the status was written; False with ``unchanged`` when only figures and timestamps changed
+    # and STATUS_REFRESH_INTERVAL had not elapsed.
     written: bool
     decision: int | None = None
+    unchanged: bool = False
     mode: str | None = None
     error: str | None = None
 
@@ -908,8 +911,10 @@ class Engine:
         accelerator = plan.accelerator if plan is not None else (ctx.accelerator or "")
         max_batch = plan.max_batch if plan is not None else prev_desired.get("maxBatch")
         prev_batch = prev_desired.get("maxBatch") if isinstance(prev_desired.get("maxBatch"), int) else None
-        stable = batch_stable_cycles(
-            prev_batch, int(prev_actuation.get("maxBatchStableCycles") or 0), max_batch
+        # Counted up to what the batch rule needs (a count that grows for ever changes every status).
+        stable = min(
+            batch_stable_cycles(prev_batch, int(prev_actuation.get("maxBatchStableCycles") or 0), max_batch),
+            cfg.batch_stable_cycles,
         )
 
         # Actuation.
@@ -1006,6 +1011,16 @@ class Engine:
             )
         )
 
+        if (
+            cfg.status_refresh_seconds > 0
+            and raw_status
+            and st.status_essentials(status) == st.status_essentials(raw_status)
+            and not st.refresh_due(raw_status, now, cfg.status_refresh_seconds, _spread(ctx.body))
+        ):
+            self.exporter.status_writes_skipped.inc()
+            return VariantOutcome(
+                key=ctx.key, written=False, decision=decision.replicas, mode=mode, unchanged=True
+            )
         written = await self._write_status(
             ctx, status, lambda fresh: st.build_status(_refreshed(inputs, fresh))
         )
@@ -1187,6 +1202,12 @@ class Engine:
             return
         stamp = before.last_transition_time.isoformat() if before and before.last_transition_time else "-"
         await self._post(ctx, cond.reason, cond.message, type_, now, dedupe=f"{cond.type}|{stamp}")
+
+
+def _spread(body: Mapping[str, Any]) -> float:
+    """A number in [0, 1) fixed per object (from its uid), to spread periodic status refreshes."""
+    uid = str((body.get("metadata") or {}).get("uid") or "")
+    return int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) / 2**32
 
 
 def _with_generation(cond: st.Condition, generation: object) -> st.Condition:

@@ -486,3 +486,44 @@ async def test_a_spec_is_parsed_once_until_its_generation_or_labels_change(
     await h.engine.run_cycle()
     assert parsed == [1, 2]
     assert h.status()["desiredOptimizedAlloc"]["numReplicas"] >= 2
+
+
+async def test_status_refresh_interval_skips_writes_that_would_change_only_figures() -> None:
+    h = Harness(STATUS_REFRESH_INTERVAL="5m")
+    h.add_va()
+    h.load(60.0)
+    for _ in range(3):  # the batch size's stability count grows to BATCH_STABLE_CYCLES (3): written
+        await h.engine.run_cycle()
+        h.advance(60)
+    assert h.kube.writes("PATCH", "/status") == 3
+    assert h.status()["actuation"]["maxBatchStableCycles"] == 3
+    first = h.status()["desiredOptimizedAlloc"]["lastRunTime"]
+    h.load(61.0)  # the observed load moves a little: same decision
+    report = await h.engine.run_cycle()
+    assert h.kube.writes("PATCH", "/status") == 3
+    assert report.outcomes[0].unchanged and not report.outcomes[0].written
+    assert h.status()["desiredOptimizedAlloc"]["lastRunTime"] == first
+    assert h.gauges()[("variant_autoscaler_status_writes_skipped_total", ())] == 1
+    h.advance(60)
+    h.load(1200.0)  # a new decision is written at once
+    await h.engine.run_cycle()
+    assert h.kube.writes("PATCH", "/status") == 4
+    scaled = h.status()["desiredOptimizedAlloc"]["numReplicas"]
+    assert scaled > 1
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.kube.writes("PATCH", "/status") == 4
+    h.advance(300)  # the refresh is due: written although nothing essential changed
+    await h.engine.run_cycle()
+    assert h.kube.writes("PATCH", "/status") == 5
+    assert h.status()["desiredOptimizedAlloc"]["numReplicas"] == scaled
+
+
+async def test_by_default_every_status_is_written_every_cycle() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(60.0)
+    for cycle in range(1, 4):
+        await h.engine.run_cycle()
+        assert h.kube.writes("PATCH", "/status") == cycle
+        h.advance(60)

@@ -58,16 +58,16 @@ def test_kopf_is_tuned_in_one_place() -> None:
     assert settings.persistence.diffbase_storage.fetch(body=body) is None
 
 
-def test_event_handlers_delegate_to_the_engine() -> None:
+async def test_event_handlers_delegate_to_the_engine() -> None:
     engine = FakeEngine()
     memo = _memo(engine)
     body = kopf.Body({"metadata": {"name": "va", "namespace": "ns", "generation": 1}})
-    handlers.va_event(type="MODIFIED", body=body, memo=memo)
-    handlers.node_event(type="DELETED", body=body, memo=memo)
+    await handlers.va_event(type="MODIFIED", body=body, memo=memo)
+    await handlers.node_event(type="DELETED", body=body, memo=memo)
     assert engine.vas == [("MODIFIED", body)] and engine.nodes == [("DELETED", body)]
 
 
-def test_indices_hold_slim_objects() -> None:
+async def test_indices_hold_slim_objects() -> None:
     annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"}
     meta = {
         "name": "va",
@@ -76,7 +76,7 @@ def test_indices_hold_slim_objects() -> None:
         "annotations": annotations,
     }
     body = kopf.Body({"metadata": meta, "spec": {"modelID": "m"}})
-    indexed = handlers.va_index(namespace="ns", name="va", body=body)
+    indexed = await handlers.va_index(namespace="ns", name="va", body=body)
     value = indexed[("ns", "va")]
     assert "managedFields" not in value["metadata"]
     assert value["metadata"]["annotations"] == {"keep": "me"}
@@ -88,7 +88,7 @@ def test_indices_hold_slim_objects() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": ready},
         }
     )
-    assert handlers.node_index(name="n1", body=node) == {
+    assert await handlers.node_index(name="n1", body=node) == {
         "n1": NodeGPUs("n1", True, (("nvidia.com/gpu", "NVIDIA-A100-PCIE-80GB", 8),))
     }
 
@@ -121,3 +121,11 @@ def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("WVA_KUBE_CONCURRENCY", "0")
     with pytest.raises(ConfigError, match="kube_concurrency"):
         settings_from_args(_args())
+
+
+def test_watch_event_handlers_are_coroutines() -> None:
+    # kopf runs plain functions in a thread pool: one hop per watch event, per status write per cycle.
+    import inspect
+
+    for handler in (handlers.va_index, handlers.node_index, handlers.va_event, handlers.node_event):
+        assert inspect.iscoroutinefunction(handler), handler.__name__

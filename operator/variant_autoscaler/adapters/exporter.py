@@ -170,6 +170,11 @@ class Exporter:
             "Status writes that hit a conflict (HTTP 409) and were retried with a fresh read.",
             registry=r,
         )
+        self.status_writes_skipped = Counter(
+            "variant_autoscaler_status_writes_skipped",
+            "Status writes left out: only figures and timestamps changed (STATUS_REFRESH_INTERVAL).",
+            registry=r,
+        )
         self.scalings = Counter(
             "inferno_replica_scaling",
             "Replica changes applied by the operator (patch mode).",

@@ -211,21 +211,41 @@ class PrometheusClient:
             raise CollectionError(f"Prometheus error {body.errorType}: {body.error}")
         if body.data.resultType != "vector":
             raise CollectionError(f"expected a vector result, got {body.data.resultType}")
-        try:
-            items = [_Result.model_validate(item) for item in body.data.result or ()]
-        except (ValidationError, TypeError) as exc:
-            raise CollectionError(f"malformed vector in the Prometheus response: {exc}") from exc
         samples: list[Sample] = []
-        for item in items:
-            if item.value is None:
-                continue
-            ts, raw = item.value
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            samples.append(Sample(labels=item.metric, value=value, timestamp=float(ts)))
+        for item in body.data.result or ():
+            # By hand rather than a model per sample: a cycle reads thousands of them.
+            sample = _sample(item)
+            if sample is None:  # not the exact shape Prometheus writes: the model decides, and words errors
+                try:
+                    result = _Result.model_validate(item)
+                except (ValidationError, TypeError) as exc:
+                    raise CollectionError(f"malformed vector in the Prometheus response: {exc}") from exc
+                if result.value is None:
+                    continue
+                sample = _sample({"metric": result.metric, "value": [result.value[0], result.value[1]]})
+                assert sample is not None
+            samples.append(sample)
         return samples
+
+
+def _sample(item: object) -> Sample | None:
+    """A vector sample ``{"metric": {...}, "value": [ts, "v"]}``; None if it has no value or another shape."""
+    if type(item) is not dict:
+        return None
+    metric = item.get("metric", {})
+    pair = item.get("value")
+    if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
+        return None
+    ts, raw = pair
+    if not all(type(v) is str for v in metric.values()) or type(raw) is not str:
+        return None
+    if type(ts) not in (int, float):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    return Sample(labels=metric, value=value, timestamp=float(ts))
 
 
 class _Retryable(Exception):

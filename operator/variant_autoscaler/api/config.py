@@ -171,6 +171,9 @@ class MainConfig(BaseModel):
     batch_stable_cycles: int = 3
     batch_sizes: int = 1
     keep_accelerator: bool = True
+    # 0: every status is written every cycle (WVA's behaviour). Above 0: a status whose decision,
+    # conditions and actuation are unchanged is rewritten only this often (for large fleets).
+    status_refresh_seconds: float = 0.0
 
     @property
     def min_replicas_default(self) -> int:
@@ -263,4 +266,5 @@ def parse_main_config(
         batch_stable_cycles=batch_stable_cycles,
         batch_sizes=batch_sizes,
         keep_accelerator=keep_raw == "true",
+        status_refresh_seconds=_duration(cm, "STATUS_REFRESH_INTERVAL", 0.0),
     )

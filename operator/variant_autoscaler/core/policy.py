@@ -9,7 +9,8 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
    decision, and never go below the replicas running now (nothing scales down on missing data).
 2. **Bounds** — clamp the recommendation into ``[min_replicas, max_replicas]``.
 3. **Scale-down stabilisation** — a scale-down goes only as low as the highest recommendation within
-   the window (the HorizontalPodAutoscaler's rule), never above the current count.
+   the window (the HorizontalPodAutoscaler's rule), never above the current count. The history keeps
+   the points where the recommendation changed (see :func:`_prune`).
 3b. **Metrics recovering** — right after a metrics gap the rate window still holds too few samples and
    under-reads the load: no scale-down below the previous decision or the current replicas until it is
    full again (``scale_down_hold`` says why); scale-ups pass.
@@ -80,11 +81,25 @@ def _clamp(value: int, low: int, high: int | None) -> tuple[int, str | None]:
 
 
 def _prune(history: tuple[Recommendation, ...], now: datetime, window: float) -> tuple[Recommendation, ...]:
+    """The recommendations that count for the window ending at ``now``.
+
+    The history holds change points: from each entry's time on, its recommendation stood until the next
+    entry (one computed every cycle, recorded only when it changes, so an unchanged decision does not
+    change the status). The entry in effect at the window's start counts, with every later one. Runs of
+    equal values (as older statuses stored them, one per cycle) collapse to their first entry.
+    """
     if window <= 0:
         return ()
     horizon = now - timedelta(seconds=window)
-    kept = tuple(r for r in history if horizon <= r.time <= now)
-    return kept[-MAX_HISTORY:]
+    points: list[Recommendation] = []
+    for r in sorted((r for r in history if r.time <= now), key=lambda r: r.time):
+        if not points or points[-1].replicas != r.replicas:
+            points.append(r)
+    start = 0
+    for i, r in enumerate(points):
+        if r.time <= horizon:
+            start = i
+    return tuple(points[start:])[-MAX_HISTORY:]
 
 
 def apply_policy(inp: PolicyInput) -> PolicyDecision:
@@ -127,7 +142,7 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
         limit = inp.min_replicas if bound == "min" else inp.max_replicas
         reasons.append(f"{inp.optimized_replicas} clamped to {bound}Replicas={limit}")
         limited += (bound,)
-    if inp.stabilization_seconds > 0:
+    if inp.stabilization_seconds > 0 and (not history or history[-1].replicas != recommended):
         history = (*history, Recommendation(time=inp.now, replicas=recommended))[-MAX_HISTORY:]
     desired = recommended
     current = inp.current_replicas

@@ -288,6 +288,47 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
     }
 
 
+def status_essentials(status: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """What must reach the API server as soon as it changes: the decision, what runs, the actuation,
+    the stabilisation history and the conditions' states. The rest (observed and predicted figures, the
+    reason and messages in words, cycle timestamps) changes nearly every cycle and can wait for a
+    periodic refresh (``STATUS_REFRESH_INTERVAL``)."""
+    s = strip_nulls(status or {})
+
+    def pick(key: str, *fields: str) -> tuple[Any, ...]:
+        part = s.get(key) or {}
+        return tuple(part.get(f) for f in fields)
+
+    conditions = sorted(
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("observedGeneration"))
+        for c in s.get("conditions") or ()
+        if isinstance(c, Mapping)
+    )
+    return (
+        pick("desiredOptimizedAlloc", "numReplicas", "accelerator", "maxBatch"),
+        pick("currentAlloc", "numReplicas", "accelerator", "maxBatch"),
+        pick("actuation", "applied", "mode", "lastScaleTime", "maxBatchStableCycles"),
+        tuple((r.get("time"), r.get("numReplicas")) for r in s.get("recommendations") or ()),
+        s.get("observedGeneration"),
+        tuple(conditions),
+    )
+
+
+def refresh_due(
+    stored: Mapping[str, Any] | None, now: datetime, refresh_seconds: float, spread: float
+) -> bool:
+    """Whether a status whose essentials are unchanged must be rewritten anyway: its last write
+    (``desiredOptimizedAlloc.lastRunTime``) is at least ``refresh_seconds`` old. ``spread`` in [0, 1)
+    (from the object's uid) shortens the period by up to half, so that statuses written in the same
+    cycle do not all fall due in the same later one."""
+    if refresh_seconds <= 0:
+        return True
+    last = parse_time(((stored or {}).get("desiredOptimizedAlloc") or {}).get("lastRunTime"))
+    if last is None:
+        return True
+    return (now - last).total_seconds() >= refresh_seconds * (1.0 - 0.5 * spread)
+
+
 def recommendations_from_json(raw: object) -> tuple[Recommendation, ...]:
     """Read ``status.recommendations`` back; malformed entries are dropped."""
     if not isinstance(raw, list):

@@ -200,3 +200,37 @@ def test_response_shape_is_prometheus() -> None:
     # Guard the fake itself against drifting from Prometheus' API shape.
     body = _vector([(A, 1.5)])
     assert json.loads(json.dumps(body))["data"]["result"][0]["value"] == [NOW, "1.5"]
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"metric": {"a": "b"}, "value": [NOW, "2.5"]}, ({"a": "b"}, 2.5)),
+        ({"metric": {}, "value": [NOW, "NaN"]}, ({}, math.nan)),
+        ({"value": [int(NOW), "+Inf"]}, ({}, math.inf)),  # metric omitted, integer timestamp
+        ({"metric": {"a": "b"}}, None),  # no value: skipped
+        ({"metric": {"a": "b"}, "value": [NOW, 3]}, "malformed"),  # a number where a string belongs
+        ({"metric": {"a": 1}, "value": [NOW, "1"]}, "malformed"),
+        ({"metric": {"a": "b"}, "value": ["soon", "1"]}, "malformed"),
+        ("garbage", "malformed"),
+    ],
+)
+async def test_vector_samples_are_read_exactly_or_rejected(item: Any, expected: Any) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": [item]}}
+        )
+
+    client = _client(answer)
+    if expected == "malformed":
+        with pytest.raises(CollectionError, match="malformed vector"):
+            await client.query("up")
+        return
+    samples = await client.query("up")
+    if expected is None:
+        assert samples == []
+        return
+    (sample,) = samples
+    labels, value = expected
+    assert dict(sample.labels) == labels and sample.timestamp == NOW
+    assert sample.value == value or (math.isnan(value) and math.isnan(sample.value))

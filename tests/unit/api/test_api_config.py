@@ -46,6 +46,7 @@ def test_defaults_are_wva_behaviour() -> None:
     assert cfg.default_actuation_mode == "metrics"
     assert cfg.metrics_window_seconds == 60.0
     assert cfg.prometheus.insecure_skip_verify is False
+    assert cfg.status_refresh_seconds == 0.0  # every status written every cycle, as WVA
 
 
 def test_shipped_configmap_parses() -> None:
@@ -72,6 +73,7 @@ def test_wva_keys_and_ours() -> None:
             "SCALE_DOWN_STABILIZATION_WINDOW": "2m",
             "METRICS_WINDOW": "2m",
             "BATCH_STABLE_CYCLES": "5",
+            "STATUS_REFRESH_INTERVAL": "5m",
             "GLOBAL_OPT_TRIGGER": "ignored, as in WVA",
         }
     )
@@ -86,6 +88,7 @@ def test_wva_keys_and_ours() -> None:
     assert cfg.stabilization_for("metrics") == 120.0
     assert cfg.metrics_window_seconds == 120.0
     assert cfg.batch_stable_cycles == 5
+    assert cfg.status_refresh_seconds == 300.0
 
 
 def test_only_exact_true_skips_verification() -> None:
@@ -110,6 +113,7 @@ def test_stabilization_defaults_depend_on_mode() -> None:
         ("DEFAULT_ACTUATION_MODE", "scale"),
         ("BATCH_STABLE_CYCLES", "0"),
         ("BATCH_STABLE_CYCLES", "three"),
+        ("STATUS_REFRESH_INTERVAL", "often"),
         ("PROMETHEUS_BASE_URL", "prometheus:9090"),
         ("PROMETHEUS_CLIENT_CERT_PATH", "/only-the-cert.pem"),
     ],

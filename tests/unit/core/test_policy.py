@@ -98,7 +98,10 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
     # Highest recent recommendation is 6, but stabilisation never scales up: stays at current 5.
     assert d.replicas == 5 and "stabilization" in d.limited_by
     assert [r.replicas for r in d.history] == [6, 4, 2]
-    later = apply_policy(
+    # The history holds change points: 6 stood from T0-200 until T0-100, 4 until T0, then 2.
+    again = apply_policy(_inp(optimized_replicas=2, stabilization_seconds=300, history=d.history))
+    assert again.history == d.history  # an unchanged recommendation adds nothing
+    held = apply_policy(
         _inp(
             optimized_replicas=2,
             current_replicas=5,
@@ -107,7 +110,17 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
             now=T0 + timedelta(seconds=150),
         )
     )
-    assert later.replicas == 4  # the 6 left the window; 4 (at T0-100s) is still in it
+    assert held.replicas == 5  # the window starts at T0-150, when 6 was still in effect
+    later = apply_policy(
+        _inp(
+            optimized_replicas=2,
+            current_replicas=5,
+            stabilization_seconds=300,
+            history=held.history,
+            now=T0 + timedelta(seconds=250),
+        )
+    )
+    assert later.replicas == 4  # from T0-50 on: 4, then 2
     final = apply_policy(
         _inp(
             optimized_replicas=2,
@@ -118,6 +131,19 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
         )
     )
     assert final.replicas == 2 and "stabilization" not in final.limited_by
+    assert [r.replicas for r in final.history] == [2]
+
+
+def test_per_cycle_histories_collapse_to_change_points() -> None:
+    # As statuses written before change points stored it: one entry per cycle.
+    history = tuple(
+        Recommendation(T0 - timedelta(seconds=60 * k), 5 if k > 3 else 3) for k in range(8, 0, -1)
+    )
+    d = apply_policy(
+        _inp(optimized_replicas=3, current_replicas=5, stabilization_seconds=300, history=history)
+    )
+    assert [(r.replicas, (T0 - r.time).total_seconds()) for r in d.history] == [(5, 480), (3, 180)]
+    assert d.replicas == 5  # 5 was in effect at T0-300
 
 
 def test_stabilization_does_not_delay_scale_up_and_zero_window_keeps_no_history() -> None:
@@ -133,7 +159,7 @@ def test_stabilization_does_not_delay_scale_up_and_zero_window_keeps_no_history(
 
 
 def test_history_is_bounded() -> None:
-    history = tuple(Recommendation(T0 - timedelta(seconds=i), 3) for i in range(200, 0, -1))
+    history = tuple(Recommendation(T0 - timedelta(seconds=i), 3 + i % 2) for i in range(200, 0, -1))
     d = apply_policy(_inp(stabilization_seconds=3600, history=history))
     assert len(d.history) == MAX_HISTORY and d.history[-1].time == T0
 

@@ -129,3 +129,50 @@ def test_metrics_recovery_lasts_one_window_from_the_end_of_the_gap() -> None:
     again = st.metrics_recovery(written, back + timedelta(seconds=59), 60)
     assert again is not None and again.last_transition_time == back
     assert st.metrics_recovery(written, back + timedelta(seconds=60), 60) is None
+
+
+def test_status_essentials_ignore_figures_words_and_timestamps() -> None:
+    base = {
+        "desiredOptimizedAlloc": {
+            "numReplicas": 2,
+            "accelerator": "A100",
+            "lastRunTime": "t1",
+            "reason": "a",
+        },
+        "currentAlloc": {"numReplicas": 2, "accelerator": "A100", "load": {"arrivalRate": "10.00"}},
+        "lastMetricsTime": "t1",
+        "conditions": [
+            {"type": "MetricsAvailable", "status": "True", "reason": "MetricsFound", "message": "x"}
+        ],
+    }
+    moved = {
+        "desiredOptimizedAlloc": {
+            "numReplicas": 2,
+            "accelerator": "A100",
+            "lastRunTime": "t2",
+            "reason": "b",
+        },
+        "currentAlloc": {"numReplicas": 2, "accelerator": "A100", "load": {"arrivalRate": "11.00"}},
+        "lastMetricsTime": "t2",
+        "conditions": [
+            {"type": "MetricsAvailable", "status": "True", "reason": "MetricsFound", "message": "y"}
+        ],
+        "actuation": None,  # a key to clear is the same as an absent one
+    }
+    assert st.status_essentials(base) == st.status_essentials(moved)
+    scaled = {**moved, "desiredOptimizedAlloc": {**moved["desiredOptimizedAlloc"], "numReplicas": 3}}
+    assert st.status_essentials(base) != st.status_essentials(scaled)
+    flipped = {
+        **moved,
+        "conditions": [{"type": "MetricsAvailable", "status": "False", "reason": "MetricsStale"}],
+    }
+    assert st.status_essentials(base) != st.status_essentials(flipped)
+
+
+def test_refresh_due_after_the_interval_shortened_by_the_spread() -> None:
+    stored = {"desiredOptimizedAlloc": {"lastRunTime": st.format_time(T0)}}
+    assert st.refresh_due(stored, T0 + timedelta(seconds=10), 0, 0.0)  # 0: every cycle
+    assert st.refresh_due({}, T0, 300, 0.0)  # never written
+    assert not st.refresh_due(stored, T0 + timedelta(seconds=299), 300, 0.0)
+    assert st.refresh_due(stored, T0 + timedelta(seconds=300), 300, 0.0)
+    assert st.refresh_due(stored, T0 + timedelta(seconds=152), 300, 0.99)  # up to half as long

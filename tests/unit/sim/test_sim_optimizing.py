@@ -196,8 +196,13 @@ def test_ours_shares_the_model_and_stabilises_scale_down() -> None:
 
 def test_ours_waits_for_starting_replicas_before_adding_more() -> None:
     policy = ours_policy(two_variants([1.0]), planner=OnePerRps())
+    views = {"va": view("va", success_rpm=240.0, desired=1, ready=1), "vh": view("vh", desired=0, ready=0)}
+    assert policy.decide(observation(60.0, views))["va"].replicas == 4
     views = {"va": view("va", success_rpm=600.0, desired=4, ready=2), "vh": view("vh", desired=0, ready=0)}
-    assert policy.decide(observation(60.0, views)) == {}  # 2 of 4 still starting: no scale-up yet
+    assert policy.decide(observation(120.0, views)) == {}  # 2 of 4 still starting: no scale-up yet
+    # Replicas that were starting before the policy ever scaled (none seen) do not hold it back.
+    fresh = ours_policy(two_variants([1.0]), planner=OnePerRps())
+    assert fresh.decide(observation(60.0, views))["va"].replicas == 10
 
 
 def test_ours_holds_without_metrics() -> None:
