@@ -32,13 +32,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from variant_autoscaler.core.candidates import Candidate
+
+if TYPE_CHECKING:
+    from scipy import sparse
+
+# scipy.optimize is imported where a MILP is solved, not with this module: it costs about 45 MB of
+# memory, which an operator that never solves one (unlimited mode without shared loads) does not need.
 
 __all__ = ["MemberResult", "MilpMember", "MilpResult", "MilpUnit", "UnitResult", "solve_allocation"]
 
@@ -128,6 +133,8 @@ class _Model:
         return index
 
     def matrix(self) -> sparse.csr_array:
+        from scipy import sparse
+
         return sparse.csr_array(
             (np.asarray(self.vals, dtype=float), (np.asarray(self.rows), np.asarray(self.cols))),
             shape=(len(self.row_lo), len(self.lb)),
@@ -234,11 +241,13 @@ def _solve(
     model: _Model,
     objective: npt.NDArray[np.float64],
     *,
-    extra: Sequence[LinearConstraint],
+    extra: Sequence[Any],
     ub: npt.NDArray[np.float64],
     gap: float,
     time_limit: float,
 ) -> tuple[npt.NDArray[np.float64] | None, int, float | None]:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     constraints = [LinearConstraint(model.matrix(), np.asarray(model.row_lo), np.asarray(model.row_hi))]
     constraints.extend(extra)
     result = milp(
@@ -291,7 +300,7 @@ def _level_rows(
     layout: Sequence[_SingleVars | _PoolVars],
     results: Mapping[str, UnitResult],
     ub: npt.NDArray[np.float64],
-) -> LinearConstraint | None:
+) -> Any:  # a scipy LinearConstraint, or None
     """Rows keeping each unit's served load; units fully served keep a full allocation."""
     rows: list[int] = []
     cols: list[int] = []
@@ -320,6 +329,9 @@ def _level_rows(
         lo.append(served * (1.0 - _SERVED_TOLERANCE) - 1e-9)
     if not lo:
         return None
+    from scipy import sparse
+    from scipy.optimize import LinearConstraint
+
     matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), len(model.lb)))
     return LinearConstraint(matrix, np.asarray(lo), np.full(len(lo), np.inf))
 
