@@ -232,3 +232,25 @@ def test_batch_form_rejects_unusable_input(
 def test_batch_form_empty_array(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_batch(monkeypatch, capsys, "[]")
     assert code == 0 and strict_json(out) == []
+
+
+def test_a_ttft_percentile_target_in_both_forms(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    targets = TargetPerf(ttft=500.0, itl=40.0, ttft_percentile=99)
+    size = BENCH.size(targets)
+    args = ["--rate", "3", "--ttft", "500", "--itl", "40", "--ttft-percentile", "99"]
+    assert main(["analyze", *MODEL_ARGS, *args]) == 0
+    out = capsys.readouterr().out
+    assert "under TTFT p99 <= 500 ms, ITL <= 40 ms" in out
+    assert f"TTFT p99              {g4(BENCH.ttft_percentile(3.0, 99))} ms" in out
+    assert f"max rate              {g4(size.max_rate)} req/s" in out
+    code, text, _ = run_batch(monkeypatch, capsys, json.dumps([CASE | {"targetTTFTPercentile": 99}]))
+    assert code == 0
+    [result] = strict_json(text)
+    assert result["analysis"]["ttftAtPercentile"] == BENCH.ttft_percentile(3.0, 99)
+    assert result["size"]["maxRate"] == size.max_rate
+    assert result["size"]["ttftAtPercentile"] == size.ttft_at_percentile
+    code, text, _ = run_batch(monkeypatch, capsys, json.dumps([CASE | {"targetTTFTPercentile": 100}]))
+    [result] = strict_json(text)
+    assert "percentile" in result["size"]["error"]

@@ -122,6 +122,14 @@ def _slo(where: str, entry: Mapping[str, object], field: str) -> float:
     return _number(f"{where}.{field}", entry[field])
 
 
+def _percentile(where: str, entry: Mapping[str, object]) -> float:
+    """``slo-ttft-percentile`` (ours): absent or 0 means the mean TTFT, as in WVA; else in (0, 100)."""
+    value = _slo(where, entry, "slo-ttft-percentile")
+    if value != 0.0 and not 0.0 < value < 100.0:
+        raise _Problem(f"{where}.slo-ttft-percentile must be between 0 and 100 (e.g. 99), got {value:g}")
+    return value
+
+
 def _service_class(where: str, raw: object) -> ServiceClass:
     doc: Any = raw
     if isinstance(raw, str):
@@ -154,6 +162,7 @@ def _service_class(where: str, raw: object) -> ServiceClass:
                 itl=_slo(at, entry, "slo-tpot"),
                 ttft=_slo(at, entry, "slo-ttft"),
                 tps=_slo(at, entry, "slo-tps"),
+                ttft_percentile=_percentile(at, entry),
             )
         )
     return ServiceClass(name=name, priority=normalize_priority(priority_raw), targets=tuple(targets))

@@ -64,11 +64,28 @@ class Load:
 
 @dataclass(frozen=True, slots=True)
 class SLO:
-    """Service-level objectives: mean TTFT and ITL in ms, TPS in tokens/s; 0 means none."""
+    """Service-level objectives: mean TTFT and ITL in ms, TPS in tokens/s; 0 means none.
+
+    ``ttft_percentile`` (ours): 0 bounds the mean TTFT (WVA); in (0, 100) the TTFT target bounds that
+    percentile of TTFT instead (``slo-ttft-percentile`` in a service class).
+    """
 
     ttft: float = 0.0
     itl: float = 0.0
     tps: float = 0.0
+    ttft_percentile: float = 0.0
+
+    def describe(self) -> str:
+        """The targets in words, e.g. ``ITL ≤ 24 ms, TTFT p99 ≤ 500 ms``."""
+        parts = []
+        if self.itl > 0:
+            parts.append(f"ITL ≤ {self.itl:g} ms")
+        if self.ttft > 0:
+            which = f" p{self.ttft_percentile:g}" if self.ttft_percentile > 0 else ""
+            parts.append(f"TTFT{which} ≤ {self.ttft:g} ms")
+        if self.tps > 0:
+            parts.append(f"TPS ≥ {self.tps:g}")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +156,10 @@ def _check(
     in_tokens = _number("average input tokens", load.avg_input_tokens)
     out_tokens = _number("average output tokens", load.avg_output_tokens)
     targets = TargetPerf(
-        _number("TTFT SLO", slo.ttft), _number("ITL SLO", slo.itl), _number("TPS SLO", slo.tps)
+        _number("TTFT SLO", slo.ttft),
+        _number("ITL SLO", slo.itl),
+        _number("TPS SLO", slo.tps),
+        _number("TTFT percentile", slo.ttft_percentile),
     )
     if not isinstance(parms, ServiceParms):
         raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
@@ -439,6 +459,8 @@ def _head(req: SizingRequest, seen: dict[int, tuple[float, ...] | None]) -> _Hea
     remembers the checks of loads, SLOs and parameters by object (for one call)."""
     load = _plain_fields(req.load, Load, _LOAD, seen)
     slo = _plain_fields(req.slo, SLO, _SLO, seen)
+    if slo is not None and slo[3] != 0.0:
+        return None  # a TTFT percentile target: the scalar analyzer sizes it (the batch knows means only)
     parms = _plain_fields(req.parms, ServiceParms, _PARMS, seen)
     q, acc_count, min_replicas = req.max_queue_size, req.acc_count, req.min_replicas
     if (
@@ -460,7 +482,7 @@ def _head(req: SizingRequest, seen: dict[int, tuple[float, ...] | None]) -> _Hea
         queue=q,
         numbers=numbers,
         server=server,
-        size=(*server, *slo),
+        size=(*server, *slo[:3]),  # (no percentile here: see above)
         request=RequestSize(load[1], load[2]),
         replica_cost=float(req.unit_cost) * max(acc_count, 1),
         min_replicas=min_replicas,
@@ -469,7 +491,7 @@ def _head(req: SizingRequest, seen: dict[int, tuple[float, ...] | None]) -> _Hea
 
 
 _LOAD = ("arrival_rate", "avg_input_tokens", "avg_output_tokens")
-_SLO = ("ttft", "itl", "tps")
+_SLO = ("ttft", "itl", "tps", "ttft_percentile")
 _PARMS = ("alpha", "beta", "gamma", "delta")
 
 

@@ -121,16 +121,21 @@ class AcceleratorType:
 
 @dataclass(frozen=True, slots=True)
 class ModelTarget:
-    """SLOs of one model within a service class (``slo-tpot`` is the ITL target), in ms."""
+    """SLOs of one model within a service class (``slo-tpot`` is the ITL target), in ms.
+
+    ``ttft_percentile`` (ours, ``slo-ttft-percentile``): 0 means ``ttft`` bounds the mean TTFT, as in
+    WVA; in (0, 100) it bounds that percentile of TTFT.
+    """
 
     model: str
     itl: float
     ttft: float
     tps: float = 0.0
+    ttft_percentile: float = 0.0
 
     @property
     def slo(self) -> SLO:
-        return SLO(ttft=self.ttft, itl=self.itl, tps=self.tps)
+        return SLO(ttft=self.ttft, itl=self.itl, tps=self.tps, ttft_percentile=self.ttft_percentile)
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,14 +136,7 @@ def _rate(rpm: float) -> str:
 
 
 def _slo_text(variant: VariantInput) -> str:
-    parts = []
-    if variant.service.slo.itl > 0:
-        parts.append(f"ITL ≤ {variant.service.slo.itl:g} ms")
-    if variant.service.slo.ttft > 0:
-        parts.append(f"TTFT ≤ {variant.service.slo.ttft:g} ms")
-    if variant.service.slo.tps > 0:
-        parts.append(f"TPS ≥ {variant.service.slo.tps:g}")
-    return ", ".join(parts) if parts else "no SLO"
+    return variant.service.slo.describe() or "no SLO"
 
 
 def _replicas(count: int) -> str:
@@ -302,9 +295,14 @@ def _serve_text(variant: VariantInput, option: Candidate, replicas: int, itl: fl
     assert variant.load is not None
     return (
         f"{_replicas(replicas)} of {option.accelerator} (batch {option.batch}) serve "
-        f"{_rate(variant.load.arrival_rate)} within {_slo_text(variant)} "
-        f"(predicted ITL {_ms(itl)}, TTFT {_ms(ttft)})"
+        f"{_rate(variant.load.arrival_rate)} within {_slo_text(variant)} {_predicted(variant, itl, ttft)}"
     )
+
+
+def _predicted(variant: VariantInput, itl: float, ttft: float) -> str:
+    # The predictions are means; say so where the TTFT target is a percentile.
+    mean = "mean " if variant.service.slo.ttft_percentile > 0 else ""
+    return f"(predicted ITL {_ms(itl)}, {mean}TTFT {_ms(ttft)})"
 
 
 # --- unlimited mode (WVA) ------------------------------------------------------------------------------
@@ -646,7 +644,7 @@ def _pool_decisions(
         reason = (
             f"shares {pool.model_id}'s load ({_rate(pool.load.arrival_rate)}) with {names}: "
             f"{_replicas(member.replicas)} of {option.accelerator} (batch {option.batch}) take "
-            f"{_rate(share * 60.0)} within {_slo_text(variant)} (predicted ITL {_ms(itl)}, TTFT {_ms(ttft)})"
+            f"{_rate(share * 60.0)} within {_slo_text(variant)} {_predicted(variant, itl, ttft)}"
         )
         if not full:
             reason += f"; the model's load is only {result.served / demand:.0%} served"

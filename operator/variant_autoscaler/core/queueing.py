@@ -36,7 +36,7 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -107,11 +107,17 @@ class RequestSize:
 
 @dataclass(frozen=True, slots=True)
 class TargetPerf:
-    """Performance targets: TTFT and ITL in ms (upper bounds), TPS in tokens/s; 0 means no target."""
+    """Performance targets: TTFT and ITL in ms (upper bounds), TPS in tokens/s; 0 means no target.
+
+    ``ttft_percentile`` (ours): 0 means the TTFT target bounds the mean TTFT (WVA's meaning); a value in
+    (0, 100) makes it bound that percentile of the TTFT of admitted requests instead (see
+    :meth:`QueueAnalyzer.ttft_percentile`).
+    """
 
     ttft: float = 0.0
     itl: float = 0.0
     tps: float = 0.0
+    ttft_percentile: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +143,8 @@ class AnalysisMetrics:
 class SizeResult:
     """Largest request rate (req/s) meeting each target, the overall maximum, and the metrics there.
 
-    ``ttft``, ``itl`` (ms) and ``tps`` (tokens/s) are the values achieved at ``max_rate``.
+    ``ttft``, ``itl`` (ms) and ``tps`` (tokens/s) are the values achieved at ``max_rate``; with a TTFT
+    percentile target, ``ttft_at_percentile`` is that percentile of TTFT there (else None).
     """
 
     rate_target_ttft: float
@@ -148,6 +155,7 @@ class SizeResult:
     ttft: float
     itl: float
     tps: float
+    ttft_at_percentile: float | None = None
 
 
 def _check_number(name: str, value: object, minimum: float = 0.0) -> float:
@@ -193,7 +201,7 @@ def _within(value: float, target: float, tolerance: float) -> bool:
 
 # A solved point: (λ, X, T, W, L_serv, prefill, TTFT, ITL), λ and X in req/ms, times in ms.
 _Point = tuple[float, float, float, float, float, float, float, float]
-_XPUT, _RESP, _WAIT, _NSERV, _PREFILL, _TTFT, _ITL = range(1, 8)
+_LAM, _XPUT, _RESP, _WAIT, _NSERV, _PREFILL, _TTFT, _ITL = range(8)
 
 #: Batch sizes up to this solve a single rate with a plain Python loop (cheaper than numpy calls).
 _PY_LOOP_LIMIT = 32
@@ -510,6 +518,7 @@ class QueueAnalyzer:
         ttft_target = _check_number("TTFT target", targets.ttft)
         itl_target = _check_number("ITL target", targets.itl)
         tps_target = _check_number("TPS target", targets.tps)
+        percentile = _check_percentile(targets.ttft_percentile)
         lam_hi = self._lam_hi
         lam_ttft = lam_itl = lam_hi
         points: list[_Point] = []  # every solved point, to reuse for the final metrics
@@ -523,6 +532,12 @@ class QueueAnalyzer:
             ]
             for field, label, target in ((_TTFT, "TTFT", ttft_target), (_ITL, "ITL", itl_target)):
                 if target <= 0.0:
+                    continue
+                if field == _TTFT and percentile > 0.0:
+                    found = self._percentile_rate(target, percentile)
+                    if isinstance(found, str):
+                        return found
+                    lam_ttft = found
                     continue
                 outcome = _classify(label, target, points[0][field], points[-1][field])
                 if isinstance(outcome, str):
@@ -550,7 +565,94 @@ class QueueAnalyzer:
             ttft=metrics.ttft,
             itl=metrics.itl,
             tps=metrics.throughput * self._l_out,
+            ttft_at_percentile=(
+                self._ttft_quantile(point, percentile / 100.0)
+                if percentile > 0.0 and ttft_target > 0.0
+                else None
+            ),
         )
+
+    # ---- the distribution of the wait (percentile targets, ours) -------------------------------
+
+    def _wait_tail(self, pt: _Point) -> Callable[[float], float]:
+        """``t ↦ P(W > t)`` (t in ms) for an admitted request at the solved point ``pt``.
+
+        An arrival admitted with ``i >= N`` requests in the system waits for ``i - N + 1`` completions,
+        each at the full-batch rate μ_N (memoryless service, as in the chain): an Erlang wait. With the
+        geometric queue ``p_{N+m} = p_N r^m`` (``r = λ/μ_N``, ``m < Q``) the mixture sums in closed form:
+        ``P(W > t) = p_N / ((1 - p_K)(1 - r)) · [e^{-x(1-r)} Q(Q, x r) - r^Q Q(Q, x)]`` with ``x = μ_N t``
+        and ``Q(a, y)`` the regularized upper incomplete gamma function. At ``t = 0`` it is the
+        probability of finding the batch full.
+        """
+        from scipy.special import gammaincc  # only for percentile targets
+
+        q = self.max_queue_size
+        lam = pt[_LAM]
+        z_head, _, w_n = self._head(lam)
+        r = lam * self._inv_mu_n
+        r_q = r**q
+        omr = 1.0 - r
+        z = z_head + w_n * r * (1.0 - r_q) / omr
+        scale = (w_n / z) / ((1.0 - w_n * r_q / z) * omr)
+        mu_n = 1.0 / self._inv_mu_n
+
+        def tail(t: float) -> float:
+            if q == 0:
+                return 0.0
+            x = mu_n * max(t, 0.0)
+            value = scale * (math.exp(-x * omr) * float(gammaincc(q, x * r)) - r_q * float(gammaincc(q, x)))
+            return min(max(value, 0.0), 1.0)
+
+        return tail
+
+    def _ttft_quantile(self, pt: _Point, level: float) -> float:
+        """The ``level`` quantile (0..1) of TTFT = wait + prefill at the solved point ``pt`` (ms)."""
+        tail = self._wait_tail(pt)
+        miss = 1.0 - level
+        if tail(0.0) <= miss:
+            return pt[_PREFILL]
+        lo, hi = 0.0, max(pt[_WAIT], self._inv_mu_n)
+        while tail(hi) > miss:
+            lo, hi = hi, hi * 2.0
+        while hi - lo > 1e-9 * hi:  # bisection to a relative 1e-9 (about 30 steps)
+            mid = 0.5 * (lo + hi)
+            if tail(mid) > miss:
+                lo = mid
+            else:
+                hi = mid
+        return pt[_PREFILL] + hi
+
+    def ttft_percentile(self, rate: float, percentile: float) -> float:
+        """The ``percentile`` (0 < p < 100) of TTFT (ms) of admitted requests at ``rate`` req/s."""
+        level = _check_percentile(percentile)
+        if level <= 0.0:
+            raise ModelError("percentile must be in (0, 100)")
+        return self._ttft_quantile(self._solve(self._check_rate(rate) / 1000.0), level / 100.0)
+
+    def _percentile_rate(self, target: float, percentile: float) -> float | str:
+        """The largest λ (req/ms) in the rate range where that percentile of TTFT is within ``target``,
+        or why there is none. The share of admitted requests over the target grows with λ."""
+        miss = 1.0 - percentile / 100.0
+
+        def excess(lam: float) -> float:  # P(TTFT > target) - miss
+            pt = self._solve(lam)
+            return self._wait_tail(pt)(target - pt[_PREFILL]) - miss if target >= pt[_PREFILL] else 1.0
+
+        lo, hi = self._lam_lo, self._lam_hi
+        if excess(lo) > 0.0:
+            at_lo = self._ttft_quantile(self._solve(lo), percentile / 100.0)
+            return f"TTFT p{percentile:g} target {target:g} ms unreachable: {at_lo:.4g} ms at the lowest rate"
+        if excess(hi) <= 0.0:
+            return hi
+        # Bisection on log λ to a relative 1e-7 of λ: the root is where the excess changes sign.
+        a, b = math.log(lo), math.log(hi)
+        while b - a > 1e-7:
+            mid = 0.5 * (a + b)
+            if excess(math.exp(mid)) <= 0.0:
+                a = mid
+            else:
+                b = mid
+        return math.exp(a)
 
     def _root(self, field: int, target: float, points: list[_Point]) -> _Point:
         """The solved point strictly inside the rate range where output ``field`` equals ``target``.
@@ -624,6 +726,14 @@ class QueueAnalyzer:
         points.extend(solved)
         points.sort()
         return solved[-1]
+
+
+def _check_percentile(value: object) -> float:
+    """A TTFT percentile target: 0 (none, the mean) or a number in (0, 100)."""
+    p = _check_number("TTFT percentile", value)
+    if p != 0.0 and not 0.0 < p < 100.0:
+        raise ModelError(f"TTFT percentile must be 0 (the mean) or between 0 and 100, got {p:g}")
+    return p
 
 
 def _chandrupatla_step(pa: tuple[float, float], pb: tuple[float, float], pc: tuple[float, float]) -> float:
