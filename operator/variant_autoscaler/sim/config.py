@@ -103,6 +103,8 @@ class _ClassEntry(BaseModel):
     model: str = Field(min_length=1)
     slo_tpot: float = Field(alias="slo-tpot", gt=0)
     slo_ttft: float = Field(alias="slo-ttft", gt=0)
+    # Ours: slo-ttft bounds this percentile of TTFT (0: the mean, as WVA).
+    slo_ttft_percentile: float = Field(0.0, alias="slo-ttft-percentile", ge=0, lt=100)
 
 
 class _Class(_Strict):
@@ -357,6 +359,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
                 service_class=cls.name,
                 slo_ttft_ms=entry.slo_ttft,
                 slo_itl_ms=entry.slo_tpot,
+                slo_ttft_percentile=entry.slo_ttft_percentile,
                 profiles=tuple(profiles),
                 traffic=m.traffic.build(base),
                 startup_s=m.startup,

@@ -92,7 +92,8 @@ def plan_inputs(
 
     Each VA lists only its own accelerator's profile: a variant is a Deployment on one accelerator
     type, so it keeps its accelerator; a model changes accelerator by shifting load between its
-    variants (``shareModelLoad``). With ``wva_bounds`` the VAs carry no min/max (WVA's minimum 1).
+    variants (``shareModelLoad``). With ``wva_bounds`` (WVA's policy) the VAs carry no min/max (WVA's
+    minimum 1) and the classes no TTFT percentile (WVA sizes for the mean).
     ``slo_scale < 1`` plans against tighter SLOs than the ones requests are judged by (headroom).
     """
     if not 0 < slo_scale <= 1:
@@ -145,6 +146,12 @@ def plan_inputs(
                 "model": m.model_id,
                 "slo-tpot": _int_ms(m.slo_itl_ms, slo_scale),
                 "slo-ttft": _int_ms(m.slo_ttft_ms, slo_scale),
+                # WVA knows the mean only; our planner honours the class's percentile.
+                **(
+                    {"slo-ttft-percentile": m.slo_ttft_percentile}
+                    if m.slo_ttft_percentile and not wva_bounds
+                    else {}
+                ),
             }
             for m in scenario.models
             if m.service_class == cls.name

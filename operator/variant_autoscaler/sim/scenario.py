@@ -130,6 +130,8 @@ class ModelSpec:
     startup_s: float = 120.0
     # The optimizer may split this model's load across its variants (our opt-in; WVA never does).
     share_load: bool = True
+    # The class's slo-ttft-percentile (ours): slo_ttft_ms bounds this percentile; 0 the mean (WVA).
+    slo_ttft_percentile: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.slo_ttft_ms > 0 or not self.slo_itl_ms > 0:

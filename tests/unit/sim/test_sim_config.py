@@ -174,3 +174,13 @@ def test_bundled_scenarios_parse(name: str) -> None:
 def test_unknown_bundled_scenario() -> None:
     with pytest.raises(ConfigError, match="no bundled scenario"):
         bundled_text("nope")
+
+
+def test_a_class_entry_may_set_a_ttft_percentile() -> None:
+    doc = minimal()
+    assert parse_scenario(doc).models[0].slo_ttft_percentile == 0.0  # WVA's: the mean
+    doc["serviceClasses"][0]["data"][0]["slo-ttft-percentile"] = 99
+    assert parse_scenario(doc).models[0].slo_ttft_percentile == 99.0
+    doc["serviceClasses"][0]["data"][0]["slo-ttft-percentile"] = 100
+    with pytest.raises(ConfigError, match="slo-ttft-percentile"):
+        parse_scenario(doc)

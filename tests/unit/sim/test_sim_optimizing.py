@@ -329,3 +329,12 @@ def test_experiment_names() -> None:
     for bad in ("ours@2", "ours@x", "nope"):
         with pytest.raises(ConfigError):
             make_policy(bad, sc, {})
+
+
+def test_a_ttft_percentile_reaches_our_planner_but_not_wvas() -> None:
+    sc = two_variants([1.0])
+    sc = replace(sc, models=tuple(replace(m, slo_ttft_percentile=99.0) for m in sc.models))
+    ours = plan_inputs(sc, mode="limited", share_load=True, wva_bounds=False)
+    assert "slo-ttft-percentile: 99.0" in ours.service_classes["Premium.yaml"]
+    wva = plan_inputs(sc, mode="unlimited", share_load=False, wva_bounds=True)
+    assert "percentile" not in wva.service_classes["Premium.yaml"]
