@@ -224,16 +224,8 @@ def run_batched() -> list[str]:
     pairs = []
     for req, batched in zip(sample, size_allocations(sample, memo=False), strict=True):
         if isinstance(batched, Sizing):
-            ref = size_allocation(
-                accelerator=req.accelerator,
-                unit_cost=req.unit_cost,
-                acc_count=req.acc_count,
-                parms=req.parms,
-                max_batch_size=req.max_batch_size,
-                load=req.load,
-                slo=req.slo,
-                memo=False,
-            )
+            ref = req.sized(memo=False)
+            assert isinstance(ref, Sizing), ref
             pairs.append((batched, ref))
     diffs = sorted(abs(b.max_rate_per_replica / r.max_rate_per_replica - 1.0) for b, r in pairs)
     same_replicas = sum(b.replicas == r.replicas for b, r in pairs)

@@ -272,6 +272,24 @@ class SizingRequest:
     min_replicas: int = 1
     max_queue_size: int | None = None
 
+    def sized(self, *, memo: bool = True) -> SizingOutcome:
+        """This request by :func:`size_allocation` itself: the sizing, or the error (returned)."""
+        try:
+            return size_allocation(
+                accelerator=self.accelerator,
+                unit_cost=self.unit_cost,
+                acc_count=self.acc_count,
+                parms=self.parms,
+                max_batch_size=self.max_batch_size,
+                load=self.load,
+                slo=self.slo,
+                min_replicas=self.min_replicas,
+                max_queue_size=self.max_queue_size,
+                memo=memo,
+            )
+        except (InfeasibleError, ModelError) as exc:
+            return exc
+
 
 #: What :func:`size_allocations` gives for one request: the sizing, or the error (returned, not raised).
 SizingOutcome = Sizing | InfeasibleError | ModelError
@@ -369,7 +387,7 @@ def size_allocations(requests: Sequence[SizingRequest], *, memo: bool = True) ->
         n = req.max_batch_size
         if head is None or type(n) is not int or not 1 <= n <= MAX_BATCH_SIZE_LIMIT:
             # Zero load, or anything unusual: size_allocation itself decides (and words the error).
-            outcomes[i] = _one(req, memo=memo)
+            outcomes[i] = req.sized(memo=memo)
             continue
         server_key = (*head.server, n)
         s = servers.get(server_key)
@@ -515,25 +533,6 @@ def _plain_fields(
             values = tuple(map(float, fields))
     seen[key] = values
     return values
-
-
-def _one(req: SizingRequest, *, memo: bool) -> SizingOutcome:
-    """One request by :func:`size_allocation` itself."""
-    try:
-        return size_allocation(
-            accelerator=req.accelerator,
-            unit_cost=req.unit_cost,
-            acc_count=req.acc_count,
-            parms=req.parms,
-            max_batch_size=req.max_batch_size,
-            load=req.load,
-            slo=req.slo,
-            min_replicas=req.min_replicas,
-            max_queue_size=req.max_queue_size,
-            memo=memo,
-        )
-    except (InfeasibleError, ModelError) as exc:
-        return exc
 
 
 def _rates(

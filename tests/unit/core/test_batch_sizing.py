@@ -343,21 +343,7 @@ def allocation_requests(seed: int, count: int) -> list[SizingRequest]:
 
 
 def scalar_allocation(req: SizingRequest) -> SizingOutcome:
-    try:
-        return size_allocation(
-            accelerator=req.accelerator,
-            unit_cost=req.unit_cost,
-            acc_count=req.acc_count,
-            parms=req.parms,
-            max_batch_size=req.max_batch_size,
-            load=req.load,
-            slo=req.slo,
-            min_replicas=req.min_replicas,
-            max_queue_size=req.max_queue_size,
-            memo=False,
-        )
-    except (InfeasibleError, ModelError) as exc:
-        return exc
+    return req.sized(memo=False)
 
 
 def is_tie(ref: Sizing, req: SizingRequest) -> bool:
