@@ -819,18 +819,24 @@ class Engine:
             )
         elif ctx.lookup is None:
             metrics_reason = "metrics not collected"
-        elif ctx.lookup.state == "ok":
-            metrics_ok = True
+        elif ctx.lookup.state == "ok" and ctx.lookup.metrics is not None:
+            recovery = st.metrics_recovery(
+                prev_conditions, now, cfg.metrics_window_seconds, ctx.lookup.metrics.newest_sample
+            )
             metrics_reason = ctx.lookup.message
-            last_metrics_time = now
-            recovery = st.metrics_recovery(prev_conditions, now, cfg.metrics_window_seconds)
             if recovery is None:
                 conditions.append(
                     st.Condition(st.METRICS_AVAILABLE, "True", st.REASON_METRICS_FOUND, ctx.lookup.message)
                 )
             else:
-                scale_down_hold = recovery.message
                 conditions.append(recovery)
+                if recovery.status != "True":  # back, but nothing scraped since the gap yet
+                    metrics_reason = recovery.message
+                else:
+                    scale_down_hold = recovery.message
+            metrics_ok = recovery is None or recovery.status == "True"
+            if metrics_ok:
+                last_metrics_time = now
         else:
             metrics_reason = ctx.lookup.message
             reason = st.REASON_METRICS_STALE if ctx.lookup.state == "stale" else st.REASON_METRICS_MISSING

@@ -137,6 +137,18 @@ async def test_prometheus_down_keeps_the_last_decision_then_recovers() -> None:
     h.prom.down = False
     h.load(0.0)
     h.advance(60)
+    # Prometheus answers again, but has scraped nothing since the outage began: still a hold.
+    gap_started = h.clock.now.timestamp() - 60
+    h.prom.series[("default/default", NS)]["newest"] = gap_started - 5
+    await h.engine.run_cycle()
+    conds = h.conditions()
+    assert (conds["MetricsAvailable"]["status"], conds["MetricsAvailable"]["reason"]) == (
+        "False",
+        "MetricsStale",
+    )
+    assert "waiting for new scrapes" in conds["MetricsAvailable"]["message"]
+    assert h.replicas() == scaled and h.status()["lastMetricsTime"] == last_good
+    h.advance(10)  # new scrapes: from now on one window of holding
     await h.engine.run_cycle()
     # Back, but the rate window still reaches into the outage: no scale-down yet, and it says why.
     conds = h.conditions()
@@ -152,7 +164,7 @@ async def test_prometheus_down_keeps_the_last_decision_then_recovers() -> None:
     await h.engine.run_cycle()
     assert h.conditions()["MetricsAvailable"]["reason"] == "MetricsRecovering"
     assert h.replicas() == scaled
-    h.advance(30)  # one full 60 s window after the outage
+    h.advance(30)  # one full 60 s window after the first new samples
     await h.engine.run_cycle()
     assert h.conditions()["MetricsAvailable"]["reason"] == "MetricsFound"
     assert h.replicas() == 1  # back to the minimum once metrics say so

@@ -123,18 +123,38 @@ def conditions_from_json(raw: object) -> tuple[Condition, ...]:
     return tuple(out)
 
 
-def metrics_recovery(previous: Sequence[Condition], now: datetime, window_seconds: float) -> Condition | None:
-    """The ``MetricsAvailable=True`` condition of a variant whose metrics came back after a gap, while
-    the metrics window still reaches into the gap; None when there was no gap or the window is full again.
+def metrics_recovery(
+    previous: Sequence[Condition], now: datetime, window_seconds: float, newest_sample: float | None = None
+) -> Condition | None:
+    """The ``MetricsAvailable`` condition of a variant whose metrics come back after a gap; None when
+    there was no gap, or the rate window is full of new samples again.
 
     After an outage (Prometheus down, say) every ``rate(...[window])`` is computed from the samples since
-    it ended but divided by the whole window, so it under-reads the load until one window has passed. The
-    recovery time is the condition's transition time, so it survives an operator restart.
+    it ended but divided by the whole window, so it under-reads the load until one window of new samples
+    has been scraped. Two stages:
+
+    * Prometheus answers, but its newest sample (``newest_sample``, unix time) is not newer than the start
+      of the gap (the ``False`` condition's transition time): nothing was scraped since. The condition
+      stays ``False`` (``MetricsStale``), with its transition time: the variant holds its decision.
+    * New samples arrive: ``True``/``MetricsRecovering`` from this cycle for one window (its transition
+      time is that cycle's, so the hold survives an operator restart), during which the caller lets no
+      scale-down through.
     """
     prev = next((c for c in previous if c.type == METRICS_AVAILABLE), None)
     if prev is None:
         return None
     if prev.status != "True":
+        gap = prev.last_transition_time
+        if gap is not None and newest_sample is not None and newest_sample <= gap.timestamp():
+            return Condition(
+                METRICS_AVAILABLE,
+                "False",
+                REASON_METRICS_STALE,
+                "Prometheus answers again, but its newest vLLM sample "
+                f"({format_time(datetime.fromtimestamp(newest_sample, UTC))}) predates the metrics gap "
+                f"(since {format_time(gap)}): waiting for new scrapes",
+                last_transition_time=gap,
+            )
         since = now
     elif prev.reason == REASON_METRICS_RECOVERING and prev.last_transition_time is not None:
         since = prev.last_transition_time

@@ -125,6 +125,12 @@ def test_metrics_recovery_lasts_one_window_from_the_end_of_the_gap() -> None:
     )
     assert "no scale-down" in recovering.message and "2025-05-01T12:06:00Z" in recovering.message
     # Written back, it keeps its transition time: the window is counted from the end of the gap.
+    # Prometheus is back, but its newest sample predates the gap: still False, the gap's time kept.
+    waiting = st.metrics_recovery((gap,), back, 60, newest_sample=(T0 - timedelta(seconds=5)).timestamp())
+    assert waiting is not None
+    assert (waiting.status, waiting.reason, waiting.last_transition_time) == ("False", "MetricsStale", T0)
+    fresh = st.metrics_recovery((gap,), back, 60, newest_sample=(T0 + timedelta(seconds=1)).timestamp())
+    assert fresh is not None and fresh.reason == "MetricsRecovering"
     written = st.set_condition((gap,), recovering, back)
     again = st.metrics_recovery(written, back + timedelta(seconds=59), 60)
     assert again is not None and again.last_transition_time == back
