@@ -241,13 +241,17 @@ def _server(
     max_batch_size: int, max_queue_size: int | None, parms: ServiceParms, request: RequestSize
 ) -> _Server:
     """Check one server's inputs (:class:`ModelError` naming the field) and derive its constants."""
-    n_max = _check_int("maxBatchSize", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
+    if type(max_batch_size) is int and 1 <= max_batch_size <= MAX_BATCH_SIZE_LIMIT:
+        n_max = max_batch_size  # the common case, without the call
+    else:
+        n_max = _check_int("maxBatchSize", max_batch_size, 1, MAX_BATCH_SIZE_LIMIT)
     if max_queue_size is None:
-        max_queue_size = QUEUE_TO_BATCH_RATIO * n_max
-    q_max = _check_int("maxQueueSize", max_queue_size, 0, MAX_QUEUE_SIZE_LIMIT)
-    if not isinstance(parms, ServiceParms):
+        q_max = QUEUE_TO_BATCH_RATIO * n_max
+    else:
+        q_max = _check_int("maxQueueSize", max_queue_size, 0, MAX_QUEUE_SIZE_LIMIT)
+    if type(parms) is not ServiceParms and not isinstance(parms, ServiceParms):
         raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
-    if not isinstance(request, RequestSize):
+    if type(request) is not RequestSize and not isinstance(request, RequestSize):
         raise ModelError(f"request size must be RequestSize, got {type(request).__name__}")
     alpha, beta, gamma, delta = parms.alpha, parms.beta, parms.gamma, parms.delta
     l_in, l_out = request.avg_input_tokens, request.avg_output_tokens
@@ -289,24 +293,28 @@ def _server(
         )
     inv_mu_1 = a + s  # 1/μ_1 (ms)
     inv_mu_n = a / n_max + s  # 1/μ_N (ms)
-    return _Server(  # positional, in the order of the fields (faster than keywords)
-        n_max,
-        q_max,
-        alpha,
-        beta,
-        gamma,
-        delta,
-        l_in,
-        l_out,
-        a,
-        s,
-        delta * l_in,  # slope
-        gamma + alpha * (l_out - 1.0),  # c0
-        delta * l_in + beta * (l_out - 1.0),  # c1
-        inv_mu_1,
-        inv_mu_n,
-        EPSILON / inv_mu_1,  # lam_lo
-        (1.0 - EPSILON) / inv_mu_n,  # lam_hi
+    # tuple.__new__ takes the fields as one tuple, in order: faster than the named tuple's __new__.
+    return tuple.__new__(
+        _Server,
+        (
+            n_max,
+            q_max,
+            alpha,
+            beta,
+            gamma,
+            delta,
+            l_in,
+            l_out,
+            a,
+            s,
+            delta * l_in,  # slope
+            gamma + alpha * (l_out - 1.0),  # c0
+            delta * l_in + beta * (l_out - 1.0),  # c1
+            inv_mu_1,
+            inv_mu_n,
+            EPSILON / inv_mu_1,  # lam_lo
+            (1.0 - EPSILON) / inv_mu_n,  # lam_hi
+        ),
     )
 
 
@@ -336,7 +344,9 @@ class QueueAnalyzer:
         "_lam_lo",
         "_log_mu_prod",
         "_moments",
+        "_n_float",
         "_prefill_slope",
+        "_q_float",
         "_s",
         "_size_memo",
         "max_batch_size",
@@ -378,13 +388,15 @@ class QueueAnalyzer:
             lam_hi,
         ) = _server(max_batch_size, max_queue_size, parms, request)
         self.max_batch_size = n_max
+        self._n_float = float(n_max)
+        self._q_float = float(self.max_queue_size)
         self.parms = parms
         self.request = request
         self._inv_mu_n = inv_mu_n
         self._lam_lo = lam_lo
         self._lam_hi = lam_hi
         self.rate_range = (lam_lo * 1000.0, lam_hi * 1000.0)
-        self._size_memo: dict[TargetPerf, SizeResult | str] = {}  # insertion order: oldest first
+        self._size_memo: dict[tuple[float, float, float, float], SizeResult | str] = {}  # oldest first
         # Head of the chain: state i <= N has weight w_i = Π_{j<=i} λ/μ_j (w_0 = 1). Small batches use a
         # plain loop over this list; the numpy forms are built on first use (at once for larger batches).
         self._a, self._s = a, s
@@ -398,9 +410,13 @@ class QueueAnalyzer:
         if n_max <= _PY_LOOP_LIMIT:
             # w_i = c_i·λ^i with c_i = Π_{j<=i} 1/μ_j, so Σ w_i and Σ i·w_i are polynomials in λ, evaluated
             # by Horner's rule (two multiply-adds per state, against three products and two sums). 1/μ_j
-            # lies between 1/μ_N and 1/μ_1, which bounds |log c_i|: coefficients far from the float limits
-            # use Horner's rule, others the running product of λ/μ_j.
-            if n_max * max(abs(math.log(inv_mu_1)), abs(math.log(inv_mu_n))) < 575.0:  # e^575 ≈ 1e250
+            # lies between 1/μ_N and 1/μ_1, so c_i lies between min(1, (1/μ_N)^N) and max(1, (1/μ_1)^N):
+            # coefficients far from the float limits use Horner's rule, others the running product.
+            try:  # powers rather than logarithms: builtin calls cost more than arithmetic here
+                safe = inv_mu_1**n_max < 1e250 and inv_mu_n**n_max > 1e-250
+            except OverflowError:
+                safe = False
+            if safe:
                 horner: list[tuple[float, float]] = []
                 c = 1.0
                 for b in range(1, n_max):
@@ -477,7 +493,8 @@ class QueueAnalyzer:
 
     def _solve(self, lam: float) -> _Point:
         """Solve the chain at one arrival rate λ (req/ms)."""
-        n_max = self.max_batch_size
+        # N and Q as floats: arithmetic and comparisons of two floats take the interpreter's fast paths.
+        n_max = self._n_float
         horner = self._horner
         if horner is not None:  # _head's polynomials, inlined: this is the innermost call of a sizing
             z_head = c_n = self._c_n
@@ -490,13 +507,14 @@ class QueueAnalyzer:
             w_n = c_n * lam**n_max
         else:
             z_head, a_head, w_n = self._head(lam)
-        q = self.max_queue_size
+        q = self._q_float
         # Geometric tail, states N+j for j = 1..Q: weight w_N·r^j with r = λ/μ_N < 1 on the rate range.
         r = lam * self._inv_mu_n
         r_q = r**q
         omr = 1.0 - r
-        w_g1 = w_n * r * (1.0 - r_q) / omr  # w_N Σ r^j
-        w_g2 = w_n * r * (1.0 - r_q - q * r_q * omr) / (omr * omr)  # w_N Σ j·r^j
+        w_r = w_n * r
+        w_g1 = w_r * (1.0 - r_q) / omr  # w_N Σ r^j
+        w_g2 = w_r * (1.0 - r_q - q * r_q * omr) / (omr * omr)  # w_N Σ j·r^j
         z = z_head + w_g1
         xput = lam * (1.0 - w_n * r_q / z)  # X = λ (1 - p_K)
         n_serv = (a_head + n_max * w_g1) / z  # Σ_{i<=N} i·p_i + N·Σ_{i>N} p_i
@@ -510,7 +528,7 @@ class QueueAnalyzer:
         if n_eff < 0.0:
             n_eff = 0.0
         elif n_eff > n_max:
-            n_eff = float(n_max)
+            n_eff = n_max
         prefill = self._gamma + self._prefill_slope * n_eff if self._l_in > 0.0 else 0.0
         return (
             lam,
@@ -551,16 +569,19 @@ class QueueAnalyzer:
     def _metrics(self, pt: _Point) -> AnalysisMetrics:
         n_serv = pt[_NSERV]
         rho = n_serv / self.max_batch_size
-        return AnalysisMetrics(  # positional, in the order of the fields (faster than keywords)
-            pt[_XPUT] * 1000.0,  # throughput
-            pt[_RESP],  # avg_resp_time
-            pt[_WAIT],  # avg_wait_time
-            n_serv,  # avg_num_in_serv
-            pt[_PREFILL],  # avg_prefill_time
-            pt[_TTFT],  # ttft
-            pt[_ITL],  # itl
-            0.0 if rho < 0.0 else (1.0 if rho > 1.0 else rho),  # rho
-            self.rate_range[1],  # max_rate
+        return tuple.__new__(  # the fields in order (faster than the named tuple's own __new__)
+            AnalysisMetrics,
+            (
+                pt[_XPUT] * 1000.0,  # throughput
+                pt[_RESP],  # avg_resp_time
+                pt[_WAIT],  # avg_wait_time
+                n_serv,  # avg_num_in_serv
+                pt[_PREFILL],  # avg_prefill_time
+                pt[_TTFT],  # ttft
+                pt[_ITL],  # itl
+                0.0 if rho < 0.0 else (1.0 if rho > 1.0 else rho),  # rho
+                self.rate_range[1],  # max_rate
+            ),
         )
 
     def analyze(self, rate: float) -> AnalysisMetrics:
@@ -576,12 +597,14 @@ class QueueAnalyzer:
         :class:`InfeasibleError`; one still met at the highest rate gives the highest rate. A TPS target
         caps the rate at 90 % of the highest rate (its value is not used here, as in WVA).
         """
-        memo = self._size_memo.get(targets)
+        if type(targets) is not TargetPerf and not isinstance(targets, TargetPerf):
+            raise ModelError(f"targets must be TargetPerf, got {type(targets).__name__}")
+        # Keyed by the values (hashing a plain tuple is cheaper than the dataclass's __hash__).
+        key = (targets.ttft, targets.itl, targets.tps, targets.ttft_percentile)
+        memo = self._size_memo.get(key)
         if memo is None:
-            if not isinstance(targets, TargetPerf):
-                raise ModelError(f"targets must be TargetPerf, got {type(targets).__name__}")
             memo = self._size(targets)
-            self._size_memo[targets] = memo
+            self._size_memo[key] = memo
             if len(self._size_memo) > self._SIZE_MEMO_LIMIT:
                 del self._size_memo[next(iter(self._size_memo))]
         if isinstance(memo, str):
@@ -631,9 +654,11 @@ class QueueAnalyzer:
                     continue
                 f_low, f_high = points[0][field], points[-1][field]
                 # An inner point flat with the other end says nothing of the curve beyond it.
-                flat = _flat(f_low, f_high)
-                need_low = flat or not (f_low < target and not _within(f_low, target, TOLERANCE))
-                need_high = flat or not (f_high > target and not _within(f_high, target, TOLERANCE))
+                # (The cheap tests first: _flat and _within, exactly, where they could be true.)
+                larger = f_high if f_high > f_low else f_low
+                flat = (f_high - f_low <= _FLAT_TOLERANCE * larger or larger <= 0.0) and _flat(f_low, f_high)
+                need_low = flat or not (f_low < target and (target - f_low) / target > TOLERANCE)
+                need_high = flat or not (f_high > target and (f_high - target) / target > TOLERANCE)
                 if need_low and low is None:
                     low = solve(self._lam_lo)
                     points.insert(0, low)
@@ -667,24 +692,28 @@ class QueueAnalyzer:
                 else:
                     lam_itl = lam
         lam_tps = lam_hi * (1.0 - STABILITY_SAFETY_FRACTION) if tps_target > 0.0 else lam_hi
-        lam_star = min(lam_ttft, lam_itl, lam_tps)
+        lam_star = lam_ttft if lam_ttft < lam_itl else lam_itl  # min(), without the call
+        lam_star = lam_tps if lam_tps < lam_star else lam_star
         point = at_rate.get(lam_star)
         if point is None:
             point = self._solve(lam_star)
         metrics = self._metrics(point)
-        return SizeResult(  # positional, in the order of the fields
-            lam_ttft * 1000.0,  # rate_target_ttft
-            lam_itl * 1000.0,  # rate_target_itl
-            lam_tps * 1000.0,  # rate_target_tps
-            lam_star * 1000.0,  # max_rate
-            metrics,
-            metrics.ttft,
-            metrics.itl,
-            metrics.throughput * self._l_out,  # tps
-            (  # ttft_at_percentile
-                self._ttft_quantile(point, percentile / 100.0)
-                if percentile > 0.0 and ttft_target > 0.0
-                else None
+        return tuple.__new__(  # the fields in order
+            SizeResult,
+            (
+                lam_ttft * 1000.0,  # rate_target_ttft
+                lam_itl * 1000.0,  # rate_target_itl
+                lam_tps * 1000.0,  # rate_target_tps
+                lam_star * 1000.0,  # max_rate
+                metrics,
+                metrics.ttft,
+                metrics.itl,
+                metrics.throughput * self._l_out,  # tps
+                (  # ttft_at_percentile
+                    self._ttft_quantile(point, percentile / 100.0)
+                    if percentile > 0.0 and ttft_target > 0.0
+                    else None
+                ),
             ),
         )
 
@@ -747,12 +776,17 @@ class QueueAnalyzer:
 
     def _percentile_rate(self, target: float, percentile: float) -> float | str:
         """The largest λ (req/ms) in the rate range where that percentile of TTFT is within ``target``,
-        or why there is none. The share of admitted requests over the target grows with λ."""
+        or why there is none. The share of admitted requests over the target grows with λ.
+
+        TTFT is compared with the target allowing for rounding (a relative 1e-9): where TTFT does not
+        depend on the rate (the prefill of a batch of one), rounding alone would otherwise decide.
+        """
         miss = 1.0 - percentile / 100.0
+        limit = target * (1.0 + _FLAT_TOLERANCE)
 
         def excess(lam: float) -> float:  # P(TTFT > target) - miss
             pt = self._solve(lam)
-            return self._wait_tail(pt)(target - pt[_PREFILL]) - miss if target >= pt[_PREFILL] else 1.0
+            return self._wait_tail(pt)(limit - pt[_PREFILL]) - miss if limit >= pt[_PREFILL] else 1.0
 
         lo, hi = self._lam_lo, self._lam_hi
         if excess(lo) > 0.0:
@@ -833,14 +867,20 @@ class QueueAnalyzer:
                     t = fa / (fb - fa) * fc / (fb - fc) + (c - a) / width * fa / (fc - fa) * fb / (fc - fb)
             except ZeroDivisionError:
                 pass
-            floor = min(0.5 * resolution / abs(width), 0.5) if abs(width) < narrow else 1e-9
+            # (Comparisons rather than abs/min/max: a builtin call costs several float operations.)
+            if -narrow < width < narrow:
+                floor = 0.5 * resolution / (width if width > 0.0 else -width)
+                if floor > 0.5:  # noqa: PLR1730 - see above
+                    floor = 0.5
+            else:
+                floor = 1e-9
             t = floor if t < floor else (1.0 - floor if t > 1.0 - floor else t)
             u = a + t * width
             lam = mu_n - exp(-u) if mode == 1 else u
             pt = solve(lam)
             solved.append(pt)
             fx = pt[field]
-            if abs(fx - target) <= tolerance:
+            if -tolerance <= fx - target <= tolerance:
                 break
             if mode == 0 or fx <= 0.0:
                 gx = _root_coordinates(mode, (lam, fx), target, mu_n, sign)[1]
@@ -855,7 +895,7 @@ class QueueAnalyzer:
                 b, fb = a, fa
             a, fa = u, gx
             fallback = 0.5
-            if abs(b - a) <= resolution:
+            if -resolution <= b - a <= resolution:
                 break
         else:  # pragma: no cover - the bracket reaches the resolution long before
             solved.sort(key=lambda pt: abs(pt[field] - target), reverse=True)  # the best one last
