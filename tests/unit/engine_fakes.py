@@ -205,6 +205,20 @@ class FakeKube:
             obj["metadata"]["resourceVersion"] = str(self.rv)
             self.objects[key] = obj
             return httpx.Response(200, json=copy.deepcopy(obj))
+        if request.method == "PUT" and sub == "status":
+            sent = json.loads(request.content)
+            if sent["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                return _status(409, "the object has been modified")
+            if self.status_conflicts_to_inject > 0:
+                self.status_conflicts_to_inject -= 1
+                self.rv += 1
+                obj["metadata"]["resourceVersion"] = str(self.rv)  # someone else wrote meanwhile
+                return _status(409, "the object has been modified")
+            obj = {**obj, "status": sent.get("status") or {}}
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.objects[key] = obj
+            return httpx.Response(200, json=copy.deepcopy(obj))
         return _status(405, request.method)
 
     def client(self) -> KubeClient:

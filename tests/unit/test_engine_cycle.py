@@ -101,7 +101,7 @@ async def test_each_cycle_writes_each_status_once_and_queries_prometheus_a_fixed
     report = await h.engine.run_cycle()
     assert report.variants == 25
     assert h.prom.queries - before == QUERIES_PER_CYCLE == report.promql_queries
-    assert h.kube.writes("PATCH", "/status") == 25
+    assert h.kube.writes("PUT", "/status") == 25
     assert h.kube.writes("GET", "/deployments") == 1  # one list, not one read per variant
 
 
@@ -327,7 +327,7 @@ async def test_status_conflict_is_retried_with_a_fresh_read() -> None:
     h.kube.status_conflicts_to_inject = 2
     report = await h.engine.run_cycle()
     assert report.outcomes[0].written
-    assert h.kube.writes("PATCH", "/status") == 3
+    assert h.kube.writes("PUT", "/status") == 3
     assert h.conditions()["OptimizationReady"]["status"] == "True"
     conflicts = h.gauges()[("variant_autoscaler_status_conflicts_total", ())]
     assert conflicts == 2
@@ -507,27 +507,27 @@ async def test_status_refresh_interval_skips_writes_that_would_change_only_figur
     for _ in range(3):  # the batch size's stability count grows to BATCH_STABLE_CYCLES (3): written
         await h.engine.run_cycle()
         h.advance(60)
-    assert h.kube.writes("PATCH", "/status") == 3
+    assert h.kube.writes("PUT", "/status") == 3
     assert h.status()["actuation"]["maxBatchStableCycles"] == 3
     first = h.status()["desiredOptimizedAlloc"]["lastRunTime"]
     h.load(61.0)  # the observed load moves a little: same decision
     report = await h.engine.run_cycle()
-    assert h.kube.writes("PATCH", "/status") == 3
+    assert h.kube.writes("PUT", "/status") == 3
     assert report.outcomes[0].unchanged and not report.outcomes[0].written
     assert h.status()["desiredOptimizedAlloc"]["lastRunTime"] == first
     assert h.gauges()[("variant_autoscaler_status_writes_skipped_total", ())] == 1
     h.advance(60)
     h.load(1200.0)  # a new decision is written at once
     await h.engine.run_cycle()
-    assert h.kube.writes("PATCH", "/status") == 4
+    assert h.kube.writes("PUT", "/status") == 4
     scaled = h.status()["desiredOptimizedAlloc"]["numReplicas"]
     assert scaled > 1
     h.advance(60)
     await h.engine.run_cycle()
-    assert h.kube.writes("PATCH", "/status") == 4
+    assert h.kube.writes("PUT", "/status") == 4
     h.advance(300)  # the refresh is due: written although nothing essential changed
     await h.engine.run_cycle()
-    assert h.kube.writes("PATCH", "/status") == 5
+    assert h.kube.writes("PUT", "/status") == 5
     assert h.status()["desiredOptimizedAlloc"]["numReplicas"] == scaled
 
 
@@ -537,5 +537,5 @@ async def test_by_default_every_status_is_written_every_cycle() -> None:
     h.load(60.0)
     for cycle in range(1, 4):
         await h.engine.run_cycle()
-        assert h.kube.writes("PATCH", "/status") == cycle
+        assert h.kube.writes("PUT", "/status") == cycle
         h.advance(60)

@@ -112,6 +112,31 @@ async def test_status_patch_is_a_merge_patch_with_resource_version() -> None:
     }
 
 
+async def test_status_write_with_the_current_object_is_a_put_of_the_merged_status() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    current = {
+        "apiVersion": "llmd.ai/v1alpha1",
+        "kind": "VariantAutoscaling",
+        "metadata": {"name": "va", "namespace": "ns", "resourceVersion": "6", "managedFields": [{}]},
+        "spec": {"modelID": "m"},
+        "status": {"observedGeneration": 1, "actuation": {"applied": True}, "lastMetricsTime": "t"},
+    }
+    status = {"observedGeneration": 2, "actuation": {"mode": "patch"}, "lastMetricsTime": None}
+    await _client(handler).patch_va_status("ns", "va", status, "7", current=current)
+    (req,) = seen
+    assert req.method == "PUT"
+    assert req.url.path == "/apis/llmd.ai/v1alpha1/namespaces/ns/variantautoscalings/va/status"
+    sent = json.loads(req.content)
+    assert sent["metadata"] == {"name": "va", "namespace": "ns", "resourceVersion": "7"}
+    assert sent["spec"] == current["spec"]
+    assert sent["status"] == {"observedGeneration": 2, "actuation": {"applied": True, "mode": "patch"}}
+
+
 async def test_discovery_finds_plural_of_any_scalable_kind() -> None:
     calls = []
 
