@@ -20,7 +20,6 @@ Run: ``python bench/analyzer.py`` (this section only) or ``python bench/run_all.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import statistics
@@ -44,7 +43,6 @@ from variant_autoscaler.core.queueing import (
     TargetPerf,
     cached_analyzer,
 )
-from variant_autoscaler.errors import InfeasibleError, ModelError
 
 PARMS = ServiceParms(alpha=20.58, beta=0.41, gamma=20.58, delta=0.041)
 REQUEST = RequestSize(avg_input_tokens=512, avg_output_tokens=256)
@@ -167,18 +165,7 @@ def candidate_requests(count: int, seed: int = 5) -> list[SizingRequest]:
 
 def _one_by_one(requests: list[SizingRequest]) -> None:
     for r in requests:
-        with contextlib.suppress(InfeasibleError, ModelError):
-            size_allocation(
-                accelerator=r.accelerator,
-                unit_cost=r.unit_cost,
-                acc_count=r.acc_count,
-                parms=r.parms,
-                max_batch_size=r.max_batch_size,
-                load=r.load,
-                slo=r.slo,
-                min_replicas=r.min_replicas,
-                memo=False,
-            )
+        r.sized(memo=False)  # size_allocation, errors returned
 
 
 def _best_seconds(

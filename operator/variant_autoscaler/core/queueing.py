@@ -211,7 +211,7 @@ _PY_LOOP_LIMIT = 32
 _LOG_SAFE = 600.0
 #: Safety bound on the refinement steps of one root search (about 10 are typical, 30 the worst seen).
 _MAX_ROOT_STEPS = 100
-#: Rates probed before the root searches, as fractions of μ_N, besides both ends of the rate range.
+#: Rates probed before the root searches, as fractions of μ_N (the ends of the range only where needed).
 _PROBE_LOW, _PROBE_HIGH = 0.3, 0.7
 
 
@@ -256,7 +256,9 @@ def _server(
     alpha, beta, gamma, delta = parms.alpha, parms.beta, parms.gamma, parms.delta
     l_in, l_out = request.avg_input_tokens, request.avg_output_tokens
     inf = math.inf
-    if type(l_in) is int and type(l_out) is int and l_in < 1 << 62 and l_out < 1 << 62:  # often whole
+    # Token counts are often whole numbers; valid ones become floats here, anything else is left to the
+    # checks below (whose messages quote the value as given).
+    if type(l_in) is int and type(l_out) is int and 0 <= l_in < 1 << 62 and 1 <= l_out < 1 << 62:
         l_in, l_out = float(l_in), float(l_out)
     if not (  # the checks below, at a glance, for the common case (floats in range)
         type(alpha) is float
@@ -398,7 +400,8 @@ class QueueAnalyzer:
         self.rate_range = (lam_lo * 1000.0, lam_hi * 1000.0)
         self._size_memo: dict[tuple[float, float, float, float], SizeResult | str] = {}  # oldest first
         # Head of the chain: state i <= N has weight w_i = Π_{j<=i} λ/μ_j (w_0 = 1). Small batches use a
-        # plain loop over this list; the numpy forms are built on first use (at once for larger batches).
+        # plain loop (Horner's rule below, or the running product of 1/μ_j); the numpy forms are built on
+        # first use (at once for larger batches).
         self._a, self._s = a, s
         self._inv_mu_list: list[float] | None = None
         self._horner: list[tuple[float, float]] | None = None
@@ -916,7 +919,8 @@ def _root_coordinates(
     x = -math.log(mu_n - lam) if mode == 1 else lam
     if f <= 0.0:
         return x, -math.inf * sign
-    return x, (math.log(f / target) if mode == 1 else 1.0 / target - 1.0 / f) * sign
+    # (The same expressions as the root loop's inlined forms, so that every point rounds alike.)
+    return x, (math.log(f) - math.log(target) if mode == 1 else 1.0 / target - 1.0 / f) * sign
 
 
 def _check_percentile(value: object) -> float:
