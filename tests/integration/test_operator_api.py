@@ -174,6 +174,12 @@ def test_status_conflict_is_retried_with_a_fresh_read(
     fresh = get_va(api_cluster, namespace)
     assert fresh["metadata"]["annotations"]["touched"] == "yes"  # the other writer's change survived
     assert conditions(fresh)["MetricsAvailable"]["reason"] == "PrometheusError"
+    # The status write is owned by a field manager named after the operator (its User-Agent).
+    shown = api_cluster.kubectl(
+        "get", "variantautoscaling", "-n", namespace, "vllme-deployment", "--show-managed-fields", "-ojson"
+    ).stdout
+    managers = {(m["manager"], m.get("subresource")) for m in json.loads(shown)["metadata"]["managedFields"]}
+    assert ("variant-autoscaler", "status") in managers
 
 
 def test_liveness_probe_reports_cycles(

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from variant_autoscaler import USER_AGENT
 from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.errors import CollectionError, ConfigError
 
@@ -162,7 +163,11 @@ class PrometheusClient:
         self._token = _TokenSource(cfg.bearer_token, cfg.token_path)
         verify: ssl.SSLContext | bool = build_ssl_context(cfg) if cfg.base_url.startswith("https") else True
         self._client = httpx.AsyncClient(
-            base_url=cfg.base_url, verify=verify, timeout=timeout, transport=transport
+            base_url=cfg.base_url,
+            verify=verify,
+            timeout=timeout,
+            transport=transport,
+            headers={"User-Agent": USER_AGENT},
         )
         self.queries_issued = 0
 

@@ -145,13 +145,18 @@ class ServiceClass:
     name: str
     priority: int
     targets: tuple[ModelTarget, ...] = ()
+    # model -> its first entry; every variant looks its model up, every cycle.
+    _first: Mapping[str, ModelTarget] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        first: dict[str, ModelTarget] = {}
+        for target in self.targets:
+            first.setdefault(target.model, target)
+        object.__setattr__(self, "_first", first)
 
     def target(self, model: str) -> ModelTarget | None:
         """The first entry for ``model`` (WVA reads the list in order)."""
-        for target in self.targets:
-            if target.model == model:
-                return target
-        return None
+        return self._first.get(model)
 
 
 def find_service_class(

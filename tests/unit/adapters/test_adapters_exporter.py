@@ -53,6 +53,19 @@ def test_wva_gauges_and_ratio() -> None:
     assert ("inferno_desired_replicas", _wva("cold", "llm-d-sim", "A100")) not in _samples(exporter)
     leader[0] = False
     assert not any(name.startswith("inferno_desired") for name, _ in _samples(exporter))
+    leader[0] = True
+    assert ("inferno_desired_replicas", _wva("vllme", "llm-d-sim", "A100")) in _samples(exporter)
+
+
+def test_decisions_rendered_once_per_decision_set() -> None:
+    exporter = Exporter(is_active=lambda: True)
+    exporter.decisions.replace([VariantGauges("a", "ns", "A100", "metrics", 2, 1)])
+    first = exporter.decisions.render()
+    assert exporter.decisions.render() is first  # served from the cache
+    exporter.decisions.replace([VariantGauges("a", "ns", "A100", "metrics", 3, 1)])
+    assert b'inferno_desired_replicas{accelerator_type="A100",namespace="ns",variant_name="a"} 3.0' in (
+        exporter.decisions.render()
+    )
 
 
 def test_registries_are_isolated_and_own_metrics_exist() -> None:

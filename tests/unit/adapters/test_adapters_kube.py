@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from variant_autoscaler import __version__
 from variant_autoscaler.adapters.kube import (
     CallableTransport,
     Credentials,
@@ -82,6 +83,14 @@ async def test_auth_header_and_token_refresh() -> None:
     before = Token.refreshed
     await client.request("GET", "/x")
     assert seen == ["Bearer s3cret"] and Token.refreshed == before + 1
+
+
+async def test_requests_name_the_operator_as_user_agent() -> None:
+    # The API server names the field manager of a write after the User-Agent's product.
+    seen = []
+    client = _client(lambda r: seen.append(r.headers["user-agent"]) or httpx.Response(200, json={}))
+    await client.request("PUT", "/x", body={})
+    assert seen == [f"variant-autoscaler/{__version__}"]
 
 
 async def test_list_follows_continue_tokens() -> None:
