@@ -184,13 +184,15 @@ def _objects(first: int, last: int) -> list[dict[str, Any]]:
 def _service_classes(models: int) -> dict[str, Any]:
     """deploy/'s service classes with every bench model in the premium class, so that each variant is
     really planned (a model without a class would fail at once and leave the plan nearly empty)."""
-    cm = yaml.safe_load((ROOT / "deploy" / "manager" / "configmap-serviceclass.yaml").read_text())
+    cm: dict[str, Any] = yaml.safe_load(
+        (ROOT / "deploy" / "manager" / "configmap-serviceclass.yaml").read_text()
+    )
     premium = yaml.safe_load(cm["data"]["premium.yaml"])
     premium["data"] += [
         {"model": f"bench/model-{i:04d}", "slo-tpot": 24, "slo-ttft": 500} for i in range(models)
     ]
     cm["data"]["premium.yaml"] = yaml.safe_dump(premium, sort_keys=False)
-    return dict(cm)
+    return cm
 
 
 def _scrape(port: int) -> dict[str, float]:

@@ -172,10 +172,8 @@ class FakeKube:
         if request.method == "PATCH":
             patch = json.loads(request.content)
             ctype = request.headers["content-type"]
-            if sub == "status" and self.status_conflicts_to_inject > 0:
-                self.status_conflicts_to_inject -= 1
-                self.rv += 1
-                obj["metadata"]["resourceVersion"] = str(self.rv)  # someone else wrote meanwhile
+            if sub == "status":
+                self._inject_status_conflict(obj)
             if ctype == "application/json-patch+json":
                 new = copy.deepcopy(obj)
                 for op in patch:
@@ -201,25 +199,28 @@ class FakeKube:
                 if sub == "status":
                     patch = {"status": patch.get("status")}
                 obj = merge_patch(obj, patch)
-            self.rv += 1
-            obj["metadata"]["resourceVersion"] = str(self.rv)
-            self.objects[key] = obj
-            return httpx.Response(200, json=copy.deepcopy(obj))
+            return self._stored(key, obj)
         if request.method == "PUT" and sub == "status":
             sent = json.loads(request.content)
+            self._inject_status_conflict(obj)
             if sent["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
                 return _status(409, "the object has been modified")
-            if self.status_conflicts_to_inject > 0:
-                self.status_conflicts_to_inject -= 1
-                self.rv += 1
-                obj["metadata"]["resourceVersion"] = str(self.rv)  # someone else wrote meanwhile
-                return _status(409, "the object has been modified")
-            obj = {**obj, "status": sent.get("status") or {}}
+            return self._stored(key, {**obj, "status": sent.get("status") or {}})
+        return _status(405, request.method)
+
+    def _inject_status_conflict(self, obj: dict[str, Any]) -> None:
+        """Someone else wrote the object meanwhile: its resourceVersion moves on."""
+        if self.status_conflicts_to_inject > 0:
+            self.status_conflicts_to_inject -= 1
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
-            self.objects[key] = obj
-            return httpx.Response(200, json=copy.deepcopy(obj))
-        return _status(405, request.method)
+
+    def _stored(self, key: tuple[str, str, str], obj: dict[str, Any]) -> httpx.Response:
+        """Store ``obj`` under a new resourceVersion and answer with it, as an update does."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects[key] = obj
+        return httpx.Response(200, json=copy.deepcopy(obj))
 
     def client(self) -> KubeClient:
         return KubeClient(
