@@ -1,8 +1,10 @@
 """One global cycle: collect → analyze → optimize → policy → actuate → status.
 
-The engine knows nothing of kopf. ``handlers.py`` builds it at startup, feeds it the in-memory indices of
-VariantAutoscalings and nodes, tells it about changes (:meth:`Engine.notify_va`,
-:meth:`Engine.notify_node`), and runs :meth:`Engine.run_forever` as one background task.
+The engine knows nothing of kopf. ``handlers.py`` builds it at startup (:class:`Runtime`) with the
+nodes' GPU facts (a kopf index) and tells it about node changes (:meth:`Engine.notify_node`); the
+runtime keeps the VariantAutoscalings in an informer of its own
+(:class:`~variant_autoscaler.adapters.informer.Informer`, which calls :meth:`Engine.notify_va`), and runs
+:meth:`Engine.run_forever` as one background task.
 
 A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantAutoscaling is created,
 changed or deleted, one of the three ConfigMaps changes, or the GPU inventory changes. Only the leader
@@ -33,7 +35,9 @@ from pydantic import ValidationError
 from variant_autoscaler.adapters import inventory as inv
 from variant_autoscaler.adapters.events import EventRecorder, EventType
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
+from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import (
+    AiohttpTransport,
     KubeClient,
     NotFoundError,
     ScaleTarget,
@@ -1282,6 +1286,13 @@ __all__ = [
 # --- the process runtime -----------------------------------------------------------------------------
 
 
+def va_collection_paths(settings: Settings) -> list[str]:
+    """Where the VariantAutoscalings served live: one collection cluster-wide, or one per namespace."""
+    if settings.clusterwide:
+        return [KubeClient.va_collection(None)]
+    return [KubeClient.va_collection(ns) for ns in settings.namespaces]
+
+
 @dataclass
 class Runtime:
     """Process-scoped resources: clients, metrics endpoint, leader election, and the engine's tasks."""
@@ -1291,37 +1302,30 @@ class Runtime:
     exporter: Exporter
     leader: LeaderLike
     engine: Engine
+    vas: Informer
+    watch_kube: KubeClient
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @staticmethod
-    def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-        """What the VA index keeps of an object: no managedFields, no kubectl's copy of the spec."""
-        out = {k: v for k, v in body.items()}
-        meta = dict(out.get("metadata") or {})
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
-            meta["annotations"] = {
-                k: v
-                for k, v in annotations.items()
-                if k != "kubectl.kubernetes.io/last-applied-configuration"
-            }
-        out["metadata"] = meta
-        return out
 
     @classmethod
     async def start(
         cls,
         settings: Settings,
         *,
-        vas: Callable[[], Iterable[Mapping[str, Any]]],
         nodes: Callable[[], Iterable[inv.NodeGPUs]],
         planner: Planner | None = None,
     ) -> Runtime:
         from variant_autoscaler.adapters.kube import load_credentials
         from variant_autoscaler.adapters.lease import AlwaysLeader, LeaderElector
 
-        kube = KubeClient(load_credentials(), timeout=settings.kube_timeout_seconds)
+        credentials = load_credentials()
+        kube = KubeClient(credentials, timeout=settings.kube_timeout_seconds)
+        # Watches hold a connection each (one per served namespace): their own pool, so they never
+        # take the connections the cycle's requests need.
+        watch_kube = KubeClient(
+            credentials,
+            timeout=settings.kube_timeout_seconds,
+            transport=AiohttpTransport(credentials, timeout=settings.kube_timeout_seconds, limit=0),
+        )
         leader: LeaderLike
         if settings.leader_election:
             leader = LeaderElector(
@@ -1337,6 +1341,7 @@ class Runtime:
             leader = AlwaysLeader()
         exporter = Exporter(is_active=leader.is_leader)
         await exporter.start(settings.metrics_host, settings.metrics_port)
+        vas = Informer(watch_kube, va_collection_paths(settings), what="VariantAutoscalings")
         engine = Engine(
             settings,
             kube=kube,
@@ -1344,16 +1349,33 @@ class Runtime:
             events=EventRecorder(kube, instance=settings.identity),
             leader=leader,
             planner=planner or default_planner(),
-            vas=vas,
+            vas=vas.values,
             nodes=nodes,
         )
-        runtime = cls(settings=settings, kube=kube, exporter=exporter, leader=leader, engine=engine)
+        vas.on_event = engine.notify_va
+        runtime = cls(
+            settings=settings,
+            kube=kube,
+            exporter=exporter,
+            leader=leader,
+            engine=engine,
+            vas=vas,
+            watch_kube=watch_kube,
+        )
         loop = asyncio.get_running_loop()
         runtime.tasks = [
             loop.create_task(leader.run(), name="variant-autoscaler leader election"),
+            loop.create_task(vas.run(), name="variant-autoscaler VariantAutoscaling informer"),
             loop.create_task(engine.watch_configmaps(), name="variant-autoscaler configmap watch"),
-            loop.create_task(engine.run_forever(), name="variant-autoscaler engine"),
         ]
+        # The first cycle runs at once: let it see every VariantAutoscaling (a cycle on a partial view
+        # would drop the others' gauges). If listing fails, cycles fail and say why until it works.
+        try:
+            async with asyncio.timeout(settings.kube_timeout_seconds):
+                await vas.wait_synced()
+        except TimeoutError:
+            logger.warning("VariantAutoscalings not listed yet: %s", vas.last_error or "no answer")
+        runtime.tasks.append(loop.create_task(engine.run_forever(), name="variant-autoscaler engine"))
         logger.info(
             "started: identity %s, %s, metrics on :%s",
             settings.identity,
@@ -1371,6 +1393,7 @@ class Runtime:
         await self.engine.aclose()
         await self.exporter.stop()
         await self.kube.aclose()
+        await self.watch_kube.aclose()
         logger.info("stopped")
 
 

@@ -1,13 +1,15 @@
 """The operator against a real kube-apiserver + etcd (no controllers, no Prometheus): schema validation,
-invalid specs reported in conditions, status conflicts (HTTP 409) retried, probes and shutdown.
+invalid specs reported in conditions, status conflicts (HTTP 409) retried, probes and shutdown, the
+VariantAutoscaling informer (list, watch, 410).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from operator_harness import (
 
 from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
+from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import KubeClient, load_credentials
 from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.engine import Engine, OptimizerPlanner
@@ -224,3 +227,52 @@ def test_rbac_is_least_privilege(
     assert not can("update", "leases.coordination.k8s.io/someone-elses", "-n", OPERATOR_NS)
     assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")
     assert not can("patch", "nodes")
+
+
+def test_the_va_informer_follows_the_api_server_cluster_wide(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str
+) -> None:
+    """List, watch, and list again after the server says the version is gone (410), as the operator's SA."""
+    path = KubeClient.va_collection(None)
+
+    async def scenario() -> tuple[list[tuple[str | None, str]], list[str], str | None]:
+        seen: list[tuple[str | None, str]] = []
+        deleted = asyncio.Event()
+
+        def on_event(kind: str | None, obj: Mapping[str, Any]) -> None:
+            seen.append((kind, obj["metadata"]["name"]))
+            if seen[-1] == ("DELETED", "before"):
+                deleted.set()
+
+        kube = KubeClient(load_credentials(str(sa_config)))
+        informer = Informer(kube, [path], what="VariantAutoscalings", on_event=on_event)
+        api_cluster.apply(va_manifest(namespace, name="before"))
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.wait_synced(), 30)
+            await asyncio.to_thread(api_cluster.apply, va_manifest(namespace, name="after"))
+            await asyncio.to_thread(
+                api_cluster.kubectl, "label", "va", "-n", namespace, "after", "touched=yes"
+            )
+            await asyncio.to_thread(api_cluster.kubectl, "delete", "va", "-n", namespace, "before")
+
+            await asyncio.wait_for(deleted.wait(), 30)
+            names = sorted(
+                o["metadata"]["name"] for o in informer.values() if o["metadata"]["namespace"] == namespace
+            )
+            labels = [o["metadata"].get("labels", {}).get("touched") for o in informer.values()]
+            assert "yes" in labels and all("managedFields" not in o["metadata"] for o in informer.values())
+            # A version older than the server keeps: the watch ends with 410 Gone, then a new list.
+            resume = await informer._watch(path, "1")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await kube.aclose()
+        return seen, names, resume
+
+    seen, names, resume = asyncio.run(scenario())
+    mine = [event for event in seen if event[1] in ("before", "after")]
+    assert mine == [(None, "before"), ("ADDED", "after"), ("MODIFIED", "after"), ("DELETED", "before")]
+    assert names == ["after"]
+    assert resume is None

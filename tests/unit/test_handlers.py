@@ -18,11 +18,7 @@ from variant_autoscaler.settings import Settings
 class FakeEngine:
     def __init__(self, healthy: bool = True) -> None:
         self.healthy = healthy
-        self.vas: list[tuple[str | None, Any]] = []
         self.nodes: list[tuple[str | None, Any]] = []
-
-    def notify_va(self, event_type: str | None, body: Any) -> None:
-        self.vas.append((event_type, body))
 
     def notify_node(self, event_type: str | None, body: Any) -> None:
         self.nodes.append((event_type, body))
@@ -62,25 +58,11 @@ async def test_event_handlers_delegate_to_the_engine() -> None:
     engine = FakeEngine()
     memo = _memo(engine)
     body = kopf.Body({"metadata": {"name": "va", "namespace": "ns", "generation": 1}})
-    await handlers.va_event(type="MODIFIED", body=body, memo=memo)
     await handlers.node_event(type="DELETED", body=body, memo=memo)
-    assert engine.vas == [("MODIFIED", body)] and engine.nodes == [("DELETED", body)]
+    assert engine.nodes == [("DELETED", body)]
 
 
-async def test_indices_hold_slim_objects() -> None:
-    annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "keep": "me"}
-    meta = {
-        "name": "va",
-        "namespace": "ns",
-        "managedFields": [{"manager": "kubectl"}],
-        "annotations": annotations,
-    }
-    body = kopf.Body({"metadata": meta, "spec": {"modelID": "m"}})
-    indexed = await handlers.va_index(namespace="ns", name="va", body=body)
-    value = indexed[("ns", "va")]
-    assert "managedFields" not in value["metadata"]
-    assert value["metadata"]["annotations"] == {"keep": "me"}
-    assert value["spec"] == {"modelID": "m"}
+async def test_the_node_index_holds_gpu_facts() -> None:
     ready = [{"type": "Ready", "status": "True"}]
     node = kopf.Body(
         {
@@ -127,5 +109,5 @@ def test_watch_event_handlers_are_coroutines() -> None:
     # kopf runs plain functions in a thread pool: one hop per watch event, per status write per cycle.
     import inspect
 
-    for handler in (handlers.va_index, handlers.node_index, handlers.va_event, handlers.node_event):
+    for handler in (handlers.node_index, handlers.node_event):
         assert inspect.iscoroutinefunction(handler), handler.__name__

@@ -267,6 +267,16 @@ class CallableTransport:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    """A whole collection as one LIST saw it."""
+
+    items: list[JSON]
+    resource_version: str
+    api_version: str
+    item_kind: str  # "VariantAutoscaling" for a "VariantAutoscalingList"; "" when unknown
+
+
 class KubeClient:
     """A minimal async Kubernetes REST client (JSON in, JSON out)."""
 
@@ -436,15 +446,26 @@ class KubeClient:
         return await self._list("/api/v1/pods", params=params)
 
     async def _list(self, path: str, params: Mapping[str, str] | None = None) -> list[JSON]:
+        return (await self.list_with_version(path, params)).items
+
+    async def list_with_version(self, path: str, params: Mapping[str, str] | None = None) -> ListResult:
+        """Every item of a collection (pages of 500), with the resourceVersion to watch from."""
         items: list[JSON] = []
         query = dict(params or {})
         query["limit"] = "500"
         while True:
             page = await self.request("GET", path, params=query)
             items.extend(page.get("items") or ())
-            cont = (page.get("metadata") or {}).get("continue")
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
             if not cont:
-                return items
+                kind = str(page.get("kind") or "")
+                return ListResult(
+                    items=items,
+                    resource_version=str(meta.get("resourceVersion") or ""),
+                    api_version=str(page.get("apiVersion") or ""),
+                    item_kind=kind.removesuffix("List") if kind.endswith("List") else "",
+                )
             query["continue"] = cont
 
     # --- VariantAutoscalings ------------------------------------------------------------------------
@@ -456,13 +477,15 @@ class KubeClient:
     async def get_va(self, namespace: str, name: str) -> JSON:
         return await self.request("GET", self.va_path(namespace, name))
 
+    @staticmethod
+    def va_collection(namespace: str | None) -> str:
+        """The VariantAutoscalings of one namespace, or of all of them."""
+        if namespace:
+            return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+        return f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+
     async def list_vas(self, namespace: str | None = None) -> list[JSON]:
-        path = (
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-            if namespace
-            else f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-        )
-        return await self._list(path)
+        return await self._list(self.va_collection(namespace))
 
     async def patch_va_status(
         self,
