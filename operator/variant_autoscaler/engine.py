@@ -435,35 +435,23 @@ class Engine:
         contexts = [self._parse(body) for body in self._vas()]
         contexts = [c for c in contexts if not (c.body.get("metadata") or {}).get("deletionTimestamp")]
 
-        # 3. Scale targets and the HPAs that might own them.
-        await self._read_targets(contexts)
-        hpas = await self._read_hpas(contexts, cfg)
-
-        # 4. Metrics: one fixed query set for everything.
-        snapshot: MetricsSnapshot | None = None
-        metrics_error: str | None = None
+        # 3. Scale targets, the HPAs that might own them, and the metrics (one fixed query set for
+        # everything): independent reads, made at the same time.
+        _, hpas, (snapshot, metrics_error) = await asyncio.gather(
+            self._read_targets(contexts), self._read_hpas(contexts, cfg), self._collect(cfg, started_wall)
+        )
         queries = 0
-        try:
-            collector = await self._collector_for(cfg.prometheus)
-            snapshot = await collector.collect(
-                now=started_wall.timestamp(),
-                window_seconds=cfg.metrics_window_seconds,
-                staleness_seconds=cfg.metrics_staleness_seconds,
-                drain_seconds=cfg.queue_drain_seconds,
-            )
-        except (CollectionError, ConfigError) as exc:
-            metrics_error = str(exc)
         if self._collector is not None:
             queries = self._collector.client.queries_issued - queries_before
         self.exporter.promql_queries.inc(queries)
         self.exporter.promql_queries_last_cycle.set(queries)
 
-        # 5. Plan.
+        # 4. Plan.
         for ctx in contexts:
             self._prepare(ctx, snapshot, cfg)
         outcome = await self._plan(contexts, costs, classes, cfg, config_error)
 
-        # 6. Policy, actuation, status and Events, per variant.
+        # 5. Policy, actuation, status and Events, per variant.
         self._gauges = []
 
         async def one(ctx: _Context) -> VariantOutcome:
@@ -480,7 +468,7 @@ class Engine:
 
         outcomes = await asyncio.gather(*(one(c) for c in contexts))
 
-        # 7. Exported gauges, cycle metrics.
+        # 6. Exported gauges, cycle metrics.
         self.exporter.decisions.replace(self._gauges)
         duration = time.monotonic() - started
         self.exporter.cycle_duration.observe(duration)
@@ -513,6 +501,20 @@ class Engine:
         return report
 
     # --- cycle steps --------------------------------------------------------------------------------
+
+    async def _collect(self, cfg: MainConfig, now: datetime) -> tuple[MetricsSnapshot | None, str | None]:
+        """The cycle's metrics, or why there are none."""
+        try:
+            collector = await self._collector_for(cfg.prometheus)
+            snapshot = await collector.collect(
+                now=now.timestamp(),
+                window_seconds=cfg.metrics_window_seconds,
+                staleness_seconds=cfg.metrics_staleness_seconds,
+                drain_seconds=cfg.queue_drain_seconds,
+            )
+        except (CollectionError, ConfigError) as exc:
+            return None, str(exc)
+        return snapshot, None
 
     def _missing(self, name: str) -> str:
         return f"ConfigMap {self.settings.operator_namespace}/{name} not found"
