@@ -12,8 +12,9 @@ Semantics, as client-go's reflector:
 * one LIST (paged) per collection path, then a WATCH from the list's resourceVersion, with bookmarks so a
   quiet collection's resumption point stays recent; when the server ends the watch (its timeout) the
   next one resumes from the last version seen;
-* an ``ERROR`` event (410 Gone: the version was compacted away) or any failure: list again, with an
-  exponential back-off on failures; objects that vanished in between are reported as ``DELETED``;
+* an ``ERROR`` event of 410 Gone (the version was compacted away): list again at once; any other
+  error or failure: list again after an exponential back-off (a watch that ends within a second is
+  followed by a pause too); objects that vanished in between are reported as ``DELETED``;
 * :meth:`Informer.values` raises until every path has been listed once, so that a cycle never runs on a
   partial view (which would drop the missing variants' gauges for that cycle).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -120,7 +122,11 @@ class Informer:
                 version: str | None = await self._relist(path)
                 delay = self._backoff
                 while version is not None:
+                    started = time.monotonic()
                     version = await self._watch(path, version)
+                    if time.monotonic() - started < 1.0:
+                        # A server that ends watches at once must not get a new one in a tight loop.
+                        await asyncio.sleep(self._backoff)
             except KubeError as exc:
                 self.last_error = str(exc)
                 logger.warning("%s: list/watch failed (retrying in %.0fs): %s", self.what, delay, exc)
@@ -161,9 +167,12 @@ class Informer:
             event_type = event.get("type")
             obj = event.get("object") or {}
             if event_type == "ERROR":
-                # Most often 410 Gone: the version was compacted away while we were not watching.
-                logger.info("%s: watch of %s ended: %s; listing again", self.what, path, obj.get("message"))
-                return None
+                if obj.get("code") == 410:  # Gone: the version was compacted away; list again now
+                    logger.info(
+                        "%s: watch of %s expired (%s); listing again", self.what, path, obj.get("message")
+                    )
+                    return None
+                raise KubeError(f"WATCH {path}: {obj.get('message') or obj}")
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if event_type == "BOOKMARK":
                 continue

@@ -180,10 +180,15 @@ async def test_values_wait_for_every_path_and_say_why_not() -> None:
             await task
 
 
-async def test_a_refused_watch_backs_off_and_relists() -> None:
+@pytest.mark.parametrize(
+    "refusal",
+    [500, [{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd is sick"}}]],
+    ids=["http-500", "error-event"],
+)
+async def test_a_failed_watch_backs_off_and_relists(refusal: Any) -> None:
     api = ScriptedApi(
         ("list", NS_A, listing("1", va("x", "1"))),
-        ("watch", NS_A, 500),
+        ("watch", NS_A, refusal),
         ("list", NS_A, listing("4", va("x", "3"))),
     )
     informer, seen = await run(api)
