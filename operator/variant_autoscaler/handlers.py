@@ -1,7 +1,8 @@
 """kopf wiring — the only module that imports kopf. Every handler parses, delegates, maps errors.
 
 * ``startup`` tunes kopf and starts the :class:`~variant_autoscaler.engine.Runtime` (clients, metrics
-  endpoint, leader election, ConfigMap watch, and the one engine task), kept in ``memo``;
+  endpoint, leader election, ConfigMap watch, VariantAutoscaling informer, and the one engine task),
+  kept in ``memo``;
   ``cleanup`` stops it (and gives up the leader Lease).
 * A kopf index keeps the nodes' GPU facts in memory, and an event handler tells the engine about node
   changes; it writes nothing, so kopf keeps no annotations or finalizers on the objects.
@@ -33,9 +34,9 @@ class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
     """A diff base that is never built.
 
     kopf builds a diff base (a deep copy of the object) on every event, for change handlers. Ours are
-    index and event handlers only, which never use it; with one status write per variant per cycle
-    coming back as watch events, the copies were most of the operator's CPU. (Adding an on.create /
-    on.update / on.field handler requires removing this.)
+    index and event handlers only, which never use it; when kopf still watched the VariantAutoscalings,
+    with one status write per variant per cycle coming back as watch events, the copies were most of
+    the operator's CPU. (Adding an on.create / on.update / on.field handler requires removing this.)
     """
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
