@@ -356,23 +356,6 @@ class Engine:
             else round(now - self.last_completed, 1),
         }
 
-    async def watch_configmaps(self) -> None:
-        """Watch the operator namespace's ConfigMaps and trigger a cycle when one of ours changes."""
-        path = f"/api/v1/namespaces/{self.settings.operator_namespace}/configmaps"
-        delay = 1.0
-        while True:
-            try:
-                async for event in self.kube.watch(path):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        break
-                    self.notify_configmap(event.get("type"), obj)
-                    delay = 1.0
-            except KubeError as exc:
-                logger.warning("ConfigMap watch failed (retrying in %.0fs): %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-
     async def aclose(self) -> None:
         if self._collector is not None:
             await self._collector.client.aclose()
@@ -1355,6 +1338,14 @@ class Runtime:
             nodes=nodes,
         )
         vas.on_event = engine.notify_va
+        # The operator namespace's ConfigMaps, watched the same way; only changes matter (the cycle
+        # reads the three it uses afresh).
+        configmaps = Informer(
+            watch_kube,
+            [f"/api/v1/namespaces/{settings.operator_namespace}/configmaps"],
+            what="ConfigMaps",
+            on_event=engine.notify_configmap,
+        )
         runtime = cls(
             settings=settings,
             kube=kube,
@@ -1368,7 +1359,7 @@ class Runtime:
         runtime.tasks = [
             loop.create_task(leader.run(), name="variant-autoscaler leader election"),
             loop.create_task(vas.run(), name="variant-autoscaler VariantAutoscaling informer"),
-            loop.create_task(engine.watch_configmaps(), name="variant-autoscaler configmap watch"),
+            loop.create_task(configmaps.run(), name="variant-autoscaler ConfigMap informer"),
         ]
         # The first cycle runs at once: let it see every VariantAutoscaling (a cycle on a partial view
         # would drop the others' gauges). If listing fails, cycles fail and say why until it works.

@@ -1,7 +1,7 @@
 """kopf wiring — the only module that imports kopf. Every handler parses, delegates, maps errors.
 
 * ``startup`` tunes kopf and starts the :class:`~variant_autoscaler.engine.Runtime` (clients, metrics
-  endpoint, leader election, ConfigMap watch, VariantAutoscaling informer, and the one engine task),
+  endpoint, leader election, the VariantAutoscaling and ConfigMap informers, and the one engine task),
   kept in ``memo``;
   ``cleanup`` stops it (and gives up the leader Lease).
 * A kopf index keeps the nodes' GPU facts in memory, and an event handler tells the engine about node
