@@ -1077,9 +1077,18 @@ class Engine:
         changed = False
         try:
             if decision.replicas != target.spec_replicas:
-                await self.kube.patch_scale(
-                    target.api_version, target.kind, target.namespace, target.name, decision.replicas
-                )
+                moved = await self._patch_replicas(target, decision.replicas)
+                if moved is not None:
+                    # Decided on replicas that are no longer there: decide again on what is.
+                    self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
+                    return False, st.Condition(
+                        st.ACTUATED,
+                        "False",
+                        st.REASON_TARGET_CHANGED,
+                        f"not patching {target.kind}/{target.name}: its replicas changed from "
+                        f"{target.spec_replicas} to {moved} after this cycle read them (another "
+                        "controller or a person); deciding again on the new count",
+                    )
                 direction = "up" if decision.replicas > target.spec_replicas else "down"
                 self.exporter.scalings.labels(
                     variant_name=ctx.key[1], namespace=ctx.key[0], direction=direction, reason="optimizer"
@@ -1130,6 +1139,39 @@ class Engine:
             f"{target.kind}/{target.name} already has {decision.replicas} replicas",
         )
 
+    async def _patch_replicas(self, target: ScaleTarget, replicas: int) -> int | None:
+        """Set the target's replicas, on the version this cycle read; None once done.
+
+        The patch carries the target's resourceVersion, so it never lands on a target that changed
+        since it was read: neither on a ``kubectl scale`` or another controller's change, nor, from a
+        process whose Lease expired while its patch hung, on the new leader's. After a 409 the scale is
+        read again: if only the status moved on (pods starting), the patch is retried on the new
+        version; if the replicas changed, nothing is patched and their new count is returned.
+        """
+        version = target.resource_version
+        for attempt in range(self.settings.conflict_retries + 1):
+            try:
+                await self.kube.patch_scale(
+                    target.api_version,
+                    target.kind,
+                    target.namespace,
+                    target.name,
+                    replicas,
+                    resource_version=version,
+                )
+                return None
+            except ConflictError:
+                if attempt == self.settings.conflict_retries:
+                    raise
+                scale = await self.kube.get_scale(
+                    target.api_version, target.kind, target.namespace, target.name
+                )
+                now = int((scale.get("spec") or {}).get("replicas") or 0)
+                if now != target.spec_replicas:
+                    return now
+                version = (scale.get("metadata") or {}).get("resourceVersion")
+        return None  # pragma: no cover - the loop returns or raises
+
     async def _ensure_owner(self, ctx: _Context, target: ScaleTarget) -> None:
         refs = (ctx.body.get("metadata") or {}).get("ownerReferences") or []
         if any(r.get("controller") for r in refs):
@@ -1158,14 +1200,14 @@ class Engine:
         version = meta.get("resourceVersion")
         body = status
         current: Mapping[str, Any] = ctx.body
-        for attempt in range(self.settings.status_conflict_retries + 1):
+        for attempt in range(self.settings.conflict_retries + 1):
             try:
                 # With the object it was read as: a PUT, cheaper for the API server than a patch.
                 await self.kube.patch_va_status(ctx.key[0], ctx.key[1], body, version, current=current)
                 return True
             except ConflictError:
                 self.exporter.status_conflicts.inc()
-                if attempt == self.settings.status_conflict_retries:
+                if attempt == self.settings.conflict_retries:
                     raise
                 try:
                     fresh = await self.kube.get_va(ctx.key[0], ctx.key[1])

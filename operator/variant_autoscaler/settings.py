@@ -32,7 +32,9 @@ def _default_identity() -> str:
 class Settings(BaseSettings):
     """Process settings; every field can be set as ``WVA_<FIELD>`` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="WVA_", extra="ignore", frozen=True)
+    # populate_by_name: a field with an environment alias (operator_namespace, conflict_retries, ...) can
+    # still be given by its name, as `variant-autoscaler run`'s flags do; extra="ignore" would drop it.
+    model_config = SettingsConfigDict(env_prefix="WVA_", extra="ignore", frozen=True, populate_by_name=True)
 
     # Scope: the namespaces whose VariantAutoscalings are served; empty means cluster-wide.
     namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -67,7 +69,10 @@ class Settings(BaseSettings):
     # Concurrent Kubernetes API writes within one cycle.
     kube_concurrency: int = Field(default=16, ge=1)
     kube_timeout_seconds: float = Field(default=30.0, gt=0)
-    status_conflict_retries: int = Field(default=5, ge=0)
+    # Re-reads after a 409 (a status write, or a scale patch whose target changed only its status).
+    conflict_retries: int = Field(
+        default=5, ge=0, validation_alias=AliasChoices("WVA_CONFLICT_RETRIES", "WVA_STATUS_CONFLICT_RETRIES")
+    )
 
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
     prometheus_retries: int = Field(default=2, ge=0)

@@ -1,6 +1,6 @@
 """The operator against a real kube-apiserver + etcd (no controllers, no Prometheus): schema validation,
-invalid specs reported in conditions, status conflicts (HTTP 409) retried, probes and shutdown, the
-VariantAutoscaling informer (list, watch, 410).
+invalid specs reported in conditions, status conflicts (HTTP 409) retried, scale patches made on the
+version read, probes and shutdown, the VariantAutoscaling informer (list, watch, 410).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from operator_harness import (
 from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.informer import Informer
-from variant_autoscaler.adapters.kube import KubeClient, load_credentials
+from variant_autoscaler.adapters.kube import KubeClient, load_credentials, target_from_deployment
 from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.engine import Engine, OptimizerPlanner
+from variant_autoscaler.errors import ConflictError
 from variant_autoscaler.settings import Settings
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"  # discard port: connection refused
@@ -183,6 +184,57 @@ def test_status_conflict_is_retried_with_a_fresh_read(
     ).stdout
     managers = {(m["manager"], m.get("subresource")) for m in json.loads(shown)["metadata"]["managedFields"]}
     assert ("variant-autoscaler", "status") in managers
+
+
+def test_scale_patches_land_only_on_the_replicas_they_were_decided_on(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str
+) -> None:
+    """Real 409s on /scale, with the operator's RBAC: a target whose replicas someone else changed after
+    the cycle read it is left alone; one whose only other change was elsewhere is patched on retry."""
+    api_cluster.apply(_deployment(namespace, replicas=1))
+
+    def replicas() -> int:
+        out = api_cluster.kubectl("get", "deployment", "-n", namespace, "vllme-deployment", "-ojson").stdout
+        return int(json.loads(out)["spec"]["replicas"])
+
+    async def scenario() -> None:
+        settings = Settings(operator_namespace=OPERATOR_NS, namespaces=[namespace], leader_election=False)
+        kube = KubeClient(load_credentials(str(sa_config)))
+        engine = Engine(
+            settings,
+            kube=kube,
+            exporter=Exporter(is_active=lambda: True),
+            events=EventRecorder(kube, instance="test"),
+            leader=AlwaysLeader(),
+            planner=OptimizerPlanner(),
+            vas=lambda: [],
+            nodes=lambda: [],
+            clock=lambda: datetime.now(UTC),
+        )
+        try:
+            (read,) = await kube.list_deployments(namespace)
+            target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
+            assert target.resource_version and target.spec_replicas == 1
+            # Someone scales it to 3 after the read: the patch to 2 must not land.
+            api_cluster.kubectl("scale", "deployment", "-n", namespace, "vllme-deployment", "--replicas=3")
+            with pytest.raises(ConflictError):
+                await kube.patch_scale(
+                    "apps/v1", "Deployment", namespace, "vllme-deployment", 2,
+                    resource_version=target.resource_version,
+                )  # fmt: skip
+            assert await engine._patch_replicas(target, 2) == 3
+            assert replicas() == 3
+            # Read again; then only an annotation changes: the retry on the new version patches.
+            (read,) = await kube.list_deployments(namespace)
+            target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
+            api_cluster.kubectl("annotate", "deployment", "-n", namespace, "vllme-deployment", "touched=yes")
+            assert await engine._patch_replicas(target, 2) is None
+            assert replicas() == 2
+        finally:
+            await engine.aclose()
+            await kube.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_liveness_probe_reports_cycles(

@@ -10,7 +10,7 @@ import copy
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,8 @@ class FakeKube:
         self.rv = 100
         self.requests: list[tuple[str, str]] = []
         self.status_conflicts_to_inject = 0
+        # Run on the stored target just before a /scale patch is handled: another writer got there first.
+        self.before_scale_patch: list[Callable[[dict[str, Any]], None]] = []
         self.forbid: set[str] = set()
 
     # --- helpers for tests --------------------------------------------------------------------------
@@ -164,6 +166,7 @@ class FakeKube:
                 return httpx.Response(
                     200,
                     json={
+                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                         "spec": {"replicas": obj["spec"].get("replicas", 1)},
                         "status": {"replicas": obj.get("status", {}).get("replicas", 0)},
                     },
@@ -186,6 +189,13 @@ class FakeKube:
                         parent[last] = op["value"]
                 obj = new
             elif sub == "scale":
+                if self.before_scale_patch:
+                    self.before_scale_patch.pop(0)(obj)
+                    self.rv += 1
+                    obj["metadata"]["resourceVersion"] = str(self.rv)
+                wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
+                if wanted_rv is not None and wanted_rv != obj["metadata"]["resourceVersion"]:
+                    return _status(409, "the object has been modified")
                 obj = merge_patch(obj, {"spec": {"replicas": patch["spec"]["replicas"]}})
             else:
                 wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
@@ -340,7 +350,7 @@ class Harness:
         self.prom.now = self.clock.now.timestamp()
         for cm in wva_configmaps(**cm_extra):
             self.kube.put(cm)
-        self.settings = Settings(debounce_seconds=0, leader_election=False, status_conflict_retries=3)
+        self.settings = Settings(debounce_seconds=0, leader_election=False, conflict_retries=3)
         self.planner = planner or OptimizerPlanner()
         self.engine = self.new_engine()
 

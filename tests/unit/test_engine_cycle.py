@@ -219,6 +219,37 @@ async def test_patch_mode_waits_for_pending_replicas() -> None:
     assert h.replicas() > scaled
 
 
+async def test_patch_mode_retries_a_scale_whose_target_only_changed_its_status() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    # Between the cycle's read and its patch the Deployment's status moves on (a pod became ready).
+    h.kube.before_scale_patch.append(lambda dep: dep["status"].update(readyReplicas=1))
+    await h.engine.run_cycle()
+    assert h.replicas() > 1 and h.conditions()["Actuated"]["reason"] == "Scaled"
+    assert h.kube.writes("PATCH", "/scale") == 2  # a 409, then the same patch on the new version
+    assert ("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{VA}/scale") in h.kube.requests
+
+
+async def test_patch_mode_never_overwrites_replicas_changed_since_the_cycle_read_them() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    # Someone (kubectl scale, another controller, a new leader) sets 7 replicas after the cycle read 1.
+    h.kube.before_scale_patch.append(lambda dep: dep["spec"].update(replicas=7))
+    await h.engine.run_cycle()
+    assert h.replicas() == 7 and h.kube.writes("PATCH", "/scale") == 1
+    actuated = h.conditions()["Actuated"]
+    assert actuated["status"] == "False" and actuated["reason"] == "TargetChanged"
+    assert "from 1 to 7" in actuated["message"]
+    assert h.status()["actuation"]["applied"] is False
+    assert [e["type"] for e in h.kube.events() if e["reason"] == "TargetChanged"] == ["Warning"]
+    assert h.engine._wake.is_set()  # another cycle soon, on the new count
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.conditions()["Actuated"]["reason"] in ("Scaled", "Unchanged")
+
+
 async def test_unready_replicas_of_a_scale_never_seen_do_not_block_scale_up() -> None:
     h = Harness(DEFAULT_ACTUATION_MODE="patch")
     h.add_va(replicas=2)

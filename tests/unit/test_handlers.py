@@ -99,6 +99,17 @@ def test_run_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert settings_from_args(_args()).namespaces == ["from-env"]
 
 
+def test_every_run_flag_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fields with an environment alias (WVA_OPERATOR_NAMESPACE or POD_NAMESPACE, LOG_LEVEL) must still
+    # take the flag: the settings ignore unknown names, so a flag set by field name could vanish.
+    monkeypatch.setenv("POD_NAMESPACE", "from-env")
+    flags = ["--operator-namespace", "ops", "--metrics-host", "127.0.0.2", "--health-host", "127.0.0.3"]
+    s = settings_from_args(_args(*flags, "--health-port", "0", "--log-level", "debug"))
+    assert s.operator_namespace == "ops" and s.log_level == "debug"
+    assert (s.metrics_host, s.health_host, s.health_port) == ("127.0.0.2", "127.0.0.3", 0)
+    assert settings_from_args(_args()).operator_namespace == "from-env"
+
+
 def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WVA_KUBE_CONCURRENCY", "0")
     with pytest.raises(ConfigError, match="kube_concurrency"):

@@ -420,12 +420,22 @@ class KubeClient:
         return await self.request("GET", path)
 
     async def patch_scale(
-        self, api_version: str, kind: str, namespace: str, name: str, replicas: int
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        resource_version: str | None = None,
     ) -> JSON:
+        """Set the replicas through ``/scale``; with a resourceVersion the patch fails with 409 (a
+        :class:`ConflictError`) if the target changed since it was read at that version."""
         path = f"{await self.resource_path(api_version, kind, namespace)}/{name}/scale"
-        return await self.request(
-            "PATCH", path, body={"spec": {"replicas": replicas}}, content_type=MERGE_PATCH
-        )
+        body: JSON = {"spec": {"replicas": replicas}}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
 
     async def json_patch(
         self, api_version: str, kind: str, namespace: str, name: str, ops: Sequence[JSON]
@@ -594,6 +604,8 @@ class ScaleTarget:
     args_field: str = "args"
     # "Kind/name" of a controller that owns the target (it would fight a direct patch), if any.
     controller: str | None = None
+    # The version read: a scale patch is made on this version only (no overwriting a later change).
+    resource_version: str | None = None
 
 
 MAX_NUM_SEQS_FLAG = "--max-num-seqs"
@@ -669,6 +681,7 @@ def target_from_deployment(body: Mapping[str, Any]) -> ScaleTarget:
         container_args=args,
         args_field=args_field,
         controller=_controller_of(meta),
+        resource_version=meta.get("resourceVersion"),
     )
 
 
@@ -697,6 +710,8 @@ def target_from_scale(
         ready_replicas=int(ready) if ready is not None else None,
         selector=dict(selector),
         controller=_controller_of(meta),
+        # /scale carries the object's own resourceVersion.
+        resource_version=(scale.get("metadata") or {}).get("resourceVersion") or meta.get("resourceVersion"),
     )
 
 

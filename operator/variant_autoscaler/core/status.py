@@ -46,6 +46,8 @@ REASON_UNCHANGED = "Unchanged"
 REASON_SHADOW = "ShadowMode"
 REASON_CONFLICTING_CONTROLLER = "ConflictingController"
 REASON_SCALE_FAILED = "ScaleFailed"
+# Someone else changed the target's replicas after the cycle read them: not overwritten this cycle.
+REASON_TARGET_CHANGED = "TargetChanged"
 REASON_NOT_ACTUATED = "NotActuated"
 
 
