@@ -1161,7 +1161,8 @@ class Engine:
                 )
                 return None
             except ConflictError:
-                if attempt == self.settings.conflict_retries:
+                # Retry only while leading: after a lost Lease the 409 may well be the new leader's write.
+                if attempt == self.settings.conflict_retries or not self.leader.is_leader():
                     raise
                 scale = await self.kube.get_scale(
                     target.api_version, target.kind, target.namespace, target.name
@@ -1201,6 +1202,10 @@ class Engine:
         body = status
         current: Mapping[str, Any] = ctx.body
         for attempt in range(self.settings.conflict_retries + 1):
+            if not self.leader.is_leader():
+                # Lost the Lease during this variant (a slow scale patch, or a 409 that may be the new
+                # leader's write): write nothing more.
+                return False
             try:
                 # With the object it was read as: a PUT, cheaper for the API server than a patch.
                 await self.kube.patch_va_status(ctx.key[0], ctx.key[1], body, version, current=current)
@@ -1209,6 +1214,8 @@ class Engine:
                 self.exporter.status_conflicts.inc()
                 if attempt == self.settings.conflict_retries:
                     raise
+                if not self.leader.is_leader():
+                    return False
                 try:
                     fresh = await self.kube.get_va(ctx.key[0], ctx.key[1])
                 except NotFoundError:

@@ -502,6 +502,59 @@ async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
     assert h.replicas() == 1
 
 
+class _Lease:
+    """Leads until told otherwise."""
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    async def run(self) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+
+async def test_a_replica_that_loses_the_lease_during_a_scale_patch_does_not_retry_it() -> None:
+    # A 409 arrives just as the Lease is lost: it may be the new leader's write; never overwrite it.
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    lease = _Lease()
+    h.engine.leader = lease
+
+    def status_moves_and_lease_lost(dep: dict[str, Any]) -> None:
+        dep["status"]["readyReplicas"] = 1
+        lease.leading = False
+
+    h.kube.before_scale_patch.append(status_moves_and_lease_lost)
+    report = await h.engine.run_cycle()
+    assert h.kube.writes("PATCH", "/scale") == 1 and h.replicas() == 1  # no retry
+    assert not report.outcomes[0].written and h.kube.writes("PUT", "/status") == 0
+
+
+async def test_a_replica_that_loses_the_lease_during_a_status_write_does_not_retry_it() -> None:
+    h = Harness()
+    h.add_va()
+    h.load(60.0)
+    lease = _Lease()
+    h.engine.leader = lease
+    h.kube.status_conflicts_to_inject = 1
+    conflict = h.kube._inject_status_conflict
+
+    def conflict_and_lease_lost(obj: dict[str, Any]) -> None:
+        conflict(obj)
+        lease.leading = False
+
+    h.kube._inject_status_conflict = conflict_and_lease_lost  # type: ignore[method-assign]
+    report = await h.engine.run_cycle()
+    assert h.kube.writes("PUT", "/status") == 1 and not report.outcomes[0].written
+    assert ("GET", f"/apis/llmd.ai/v1alpha1/namespaces/{NS}/variantautoscalings/{VA}") not in h.kube.requests
+
+
 async def test_a_spec_is_parsed_once_until_its_generation_or_labels_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
