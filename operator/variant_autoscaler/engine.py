@@ -26,7 +26,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,6 +38,7 @@ from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
 from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import (
     AiohttpTransport,
+    InvalidError,
     KubeClient,
     NotFoundError,
     ScaleTarget,
@@ -182,6 +183,8 @@ class _Context:
     accelerator: str | None = None
     lookup: Lookup | None = None
     planned: PlannedVariant | None = None
+    # Patch mode changed the target this cycle (replicas or batch size).
+    patched: bool = False
 
 
 # --- the engine ----------------------------------------------------------------------------------------
@@ -923,7 +926,7 @@ class Engine:
             hpas=hpas,
             now=now,
         )
-        if actuated.reason == st.REASON_SCALED:
+        if ctx.patched:
             last_scale_time = now
         conditions.append(actuated)
 
@@ -1073,8 +1076,8 @@ class Engine:
                 st.REASON_CONFLICTING_CONTROLLER,
                 f"not patching {target.kind}/{target.name}: it is controlled by {target.controller}",
             )
-        messages = []
-        changed = False
+        messages: list[str] = []
+        failed: st.Condition | None = None
         try:
             if decision.replicas != target.spec_replicas:
                 moved = await self._patch_replicas(target, decision.replicas)
@@ -1096,7 +1099,7 @@ class Engine:
                 messages.append(
                     f"scaled {target.kind}/{target.name} from {target.spec_replicas} to {decision.replicas}"
                 )
-                changed = True
+                ctx.patched = True
             apply_batch = bool(ctx.va and ctx.va.spec.actuation and ctx.va.spec.actuation.apply_max_batch)
             if (
                 should_apply_batch(
@@ -1110,33 +1113,54 @@ class Engine:
                 and target.container_index is not None
                 and max_batch is not None
             ):
-                path = f"/spec/template/spec/containers/{target.container_index}/{target.args_field}"
-                old = list(target.container_args or ())
-                ops = [{"op": "test", "path": path, "value": old}] if target.container_args else []
-                ops.append(
-                    {
-                        "op": "add" if not target.container_args else "replace",
-                        "path": path,
-                        "value": with_max_num_seqs(old, max_batch),
-                    }
-                )
-                await self.kube.json_patch(
-                    target.api_version, target.kind, target.namespace, target.name, ops
-                )
-                messages.append(f"set --max-num-seqs {max_batch} (was {target.max_num_seqs})")
-                changed = True
+                failed = await self._patch_max_batch(target, max_batch)
+                if failed is None:
+                    messages.append(f"set --max-num-seqs {max_batch} (was {target.max_num_seqs})")
+                    ctx.patched = True
         except KubeError as exc:
-            return False, st.Condition(st.ACTUATED, "False", st.REASON_SCALE_FAILED, str(exc))
-        if changed:
-            await self._post(
-                ctx, "Scaled", "; ".join(messages), "Normal", now, dedupe=f"{now.isoformat()}|{messages}"
-            )
-            return True, st.Condition(st.ACTUATED, "True", st.REASON_SCALED, "; ".join(messages))
+            failed = st.Condition(st.ACTUATED, "False", st.REASON_SCALE_FAILED, str(exc))
+        done = "; ".join(messages)
+        if done:
+            await self._post(ctx, "Scaled", done, "Normal", now, dedupe=f"{now.isoformat()}|{messages}")
+        if failed is not None:
+            # What was done before the failure stays said.
+            return False, replace(failed, message=f"{done}; then: {failed.message}") if done else failed
+        if done:
+            return True, st.Condition(st.ACTUATED, "True", st.REASON_SCALED, done)
         return True, st.Condition(
             st.ACTUATED,
             "True",
             st.REASON_UNCHANGED,
             f"{target.kind}/{target.name} already has {decision.replicas} replicas",
+        )
+
+    async def _patch_max_batch(self, target: ScaleTarget, max_batch: int) -> st.Condition | None:
+        """Set the serving container's ``--max-num-seqs``, on the args this cycle read; None once done.
+
+        The JSON patch tests the args first, so it never overwrites args changed since the read (the
+        API server answers 422, which says nothing more): the object is read again to tell that case,
+        reported as ``TargetChanged``, from a real rejection, which is raised.
+        """
+        path = f"/spec/template/spec/containers/{target.container_index}/{target.args_field}"
+        old = list(target.container_args or ())
+        ops: list[dict[str, Any]] = [{"op": "test", "path": path, "value": old}] if old else []
+        ops.append(
+            {"op": "replace" if old else "add", "path": path, "value": with_max_num_seqs(old, max_batch)}
+        )
+        try:
+            await self.kube.json_patch(target.api_version, target.kind, target.namespace, target.name, ops)
+            return None
+        except InvalidError:
+            fresh = await self.kube.get_object(target.api_version, target.kind, target.namespace, target.name)
+            if target_from_deployment(fresh).container_args == target.container_args:
+                raise
+        self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
+        return st.Condition(
+            st.ACTUATED,
+            "False",
+            st.REASON_TARGET_CHANGED,
+            f"not setting --max-num-seqs on {target.kind}/{target.name}: its container's "
+            f"{target.args_field} changed after this cycle read them; deciding again on the new ones",
         )
 
     async def _patch_replicas(self, target: ScaleTarget, replicas: int) -> int | None:

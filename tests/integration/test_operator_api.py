@@ -189,13 +189,26 @@ def test_status_conflict_is_retried_with_a_fresh_read(
 def test_scale_patches_land_only_on_the_replicas_they_were_decided_on(
     api_cluster: LocalCluster, sa_config: Path, namespace: str
 ) -> None:
-    """Real 409s on /scale, with the operator's RBAC: a target whose replicas someone else changed after
-    the cycle read it is left alone; one whose only other change was elsewhere is patched on retry."""
+    """Real 409s on /scale and 422s on a JSON patch's test, with the operator's RBAC: a target whose
+    replicas (or args) someone else changed after the cycle read it is left alone; one whose only other
+    change was elsewhere is patched on retry."""
     api_cluster.apply(_deployment(namespace, replicas=1))
 
     def replicas() -> int:
         out = api_cluster.kubectl("get", "deployment", "-n", namespace, "vllme-deployment", "-ojson").stdout
         return int(json.loads(out)["spec"]["replicas"])
+
+    def container_args(args: list[str]) -> None:
+        patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args", "value": args}]
+        api_cluster.kubectl(
+            "patch",
+            "deployment",
+            "-n",
+            namespace,
+            "vllme-deployment",
+            "--type=json",
+            f"-p={json.dumps(patch)}",
+        )
 
     async def scenario() -> None:
         settings = Settings(operator_namespace=OPERATOR_NS, namespaces=[namespace], leader_election=False)
@@ -230,6 +243,20 @@ def test_scale_patches_land_only_on_the_replicas_they_were_decided_on(
             api_cluster.kubectl("annotate", "deployment", "-n", namespace, "vllme-deployment", "touched=yes")
             assert await engine._patch_replicas(target, 2) is None
             assert replicas() == 2
+            # --max-num-seqs: a JSON patch that tests the args read; the API server's 422 says no more.
+            container_args(["--model", "m", "--max-num-seqs", "64"])
+            (read,) = await kube.list_deployments(namespace)
+            target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
+            container_args(["--model", "m", "--max-num-seqs", "32"])
+            refused = await engine._patch_max_batch(target, 16)
+            assert refused is not None and refused.reason == "TargetChanged"
+            (read,) = await kube.list_deployments(namespace)
+            target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
+            assert await engine._patch_max_batch(target, 16) is None
+            out = api_cluster.kubectl(
+                "get", "deployment", "-n", namespace, "vllme-deployment", "-ojson"
+            ).stdout
+            assert json.loads(out)["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "16"
         finally:
             await engine.aclose()
             await kube.aclose()

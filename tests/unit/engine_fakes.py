@@ -77,6 +77,7 @@ class FakeKube:
         self.status_conflicts_to_inject = 0
         # Run on the stored target just before a /scale patch is handled: another writer got there first.
         self.before_scale_patch: list[Callable[[dict[str, Any]], None]] = []
+        self.before_json_patch: list[Callable[[dict[str, Any]], None]] = []
         self.forbid: set[str] = set()
 
     # --- helpers for tests --------------------------------------------------------------------------
@@ -178,6 +179,8 @@ class FakeKube:
             if sub == "status":
                 self._inject_status_conflict(obj)
             if ctype == "application/json-patch+json":
+                if self.before_json_patch:
+                    self.before_json_patch.pop(0)(obj)
                 new = copy.deepcopy(obj)
                 for op in patch:
                     parent, last = _pointer(new, op["path"])

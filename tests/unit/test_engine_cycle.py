@@ -328,6 +328,43 @@ async def test_batch_size_is_applied_only_when_enabled_and_stable() -> None:
     assert h.status()["currentAlloc"]["maxBatch"] == 64  # observed before the patch took effect
 
 
+async def test_batch_size_is_never_set_on_args_changed_since_the_cycle_read_them() -> None:
+    class BatchPlanner:
+        replicas = 2
+
+        def plan(self, request: PlanRequest) -> PlanOutcome:
+            plan = VariantPlan("A100", self.replicas, 16, 80.0, 100.0, 20.0, "test plan")
+            return PlanOutcome("optimal", 0.0, {v.key: plan for v in request.variants})
+
+    planner = BatchPlanner()
+    h = Harness(planner=planner, DEFAULT_ACTUATION_MODE="patch", BATCH_STABLE_CYCLES="2")
+    h.add_va(replicas=2, actuation={"mode": "patch", "applyMaxBatch": True})
+    container = h.kube.get("deployments", NS, VA)["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = ["--model", "m", "--max-num-seqs", "64"]
+    h.load(60.0)
+    await h.engine.run_cycle()  # one cycle is not stable enough for the batch size
+    # Next cycle: scale 2 -> 3 and set the batch; someone edits the args between the read and the patch.
+    planner.replicas = 3
+    theirs = ["--model", "m", "--max-num-seqs", "32", "--enforce-eager"]
+    h.kube.before_json_patch.append(
+        lambda dep: dep["spec"]["template"]["spec"]["containers"][0].update(args=list(theirs))
+    )
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.kube.get("deployments", NS, VA)["spec"]["template"]["spec"]["containers"][0]["args"] == theirs
+    assert h.replicas() == 3  # the scale, made first, stands and is said
+    actuated = h.conditions()["Actuated"]
+    assert actuated["status"] == "False" and actuated["reason"] == "TargetChanged"
+    assert actuated["message"].startswith(
+        f"scaled Deployment/{VA} from 2 to 3; then: not setting --max-num-seqs"
+    )
+    assert h.status()["actuation"]["lastScaleTime"] == st.format_time(h.clock.now)
+    assert [e["message"] for e in h.kube.events() if e["reason"] == "Scaled"] == [
+        f"scaled Deployment/{VA} from 2 to 3"
+    ]
+    assert h.engine._wake.is_set()
+
+
 async def test_invalid_variant_is_reported_in_a_condition_and_an_event() -> None:
     h = Harness()
     va = load_yaml("deploy/samples/variantautoscaling.yaml")
