@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -219,25 +220,28 @@ async def test_patch_mode_waits_for_pending_replicas() -> None:
     assert h.replicas() > scaled
 
 
-async def test_patch_mode_retries_a_scale_whose_target_only_changed_its_status() -> None:
+async def _scale_up_while(change: Callable[[dict[str, Any]], None]) -> Harness:
+    """A cycle in patch mode that scales up from 1 replica, with ``change`` made to the Deployment
+    between the cycle's read and its scale patch."""
     h = Harness(DEFAULT_ACTUATION_MODE="patch")
     h.add_va(replicas=1)
     h.load(1200.0)
-    # Between the cycle's read and its patch the Deployment's status moves on (a pod became ready).
-    h.kube.before_scale_patch.append(lambda dep: dep["status"].update(readyReplicas=1))
+    h.kube.before_scale_patch.append(change)
     await h.engine.run_cycle()
+    return h
+
+
+async def test_patch_mode_retries_a_scale_whose_target_only_changed_its_status() -> None:
+    # The Deployment's status moves on (a pod became ready).
+    h = await _scale_up_while(lambda dep: dep["status"].update(readyReplicas=1))
     assert h.replicas() > 1 and h.conditions()["Actuated"]["reason"] == "Scaled"
     assert h.kube.writes("PATCH", "/scale") == 2  # a 409, then the same patch on the new version
     assert ("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{VA}/scale") in h.kube.requests
 
 
 async def test_patch_mode_never_overwrites_replicas_changed_since_the_cycle_read_them() -> None:
-    h = Harness(DEFAULT_ACTUATION_MODE="patch")
-    h.add_va(replicas=1)
-    h.load(1200.0)
     # Someone (kubectl scale, another controller, a new leader) sets 7 replicas after the cycle read 1.
-    h.kube.before_scale_patch.append(lambda dep: dep["spec"].update(replicas=7))
-    await h.engine.run_cycle()
+    h = await _scale_up_while(lambda dep: dep["spec"].update(replicas=7))
     assert h.replicas() == 7 and h.kube.writes("PATCH", "/scale") == 1
     actuated = h.conditions()["Actuated"]
     assert actuated["status"] == "False" and actuated["reason"] == "TargetChanged"
