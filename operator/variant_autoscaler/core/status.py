@@ -46,7 +46,8 @@ REASON_UNCHANGED = "Unchanged"
 REASON_SHADOW = "ShadowMode"
 REASON_CONFLICTING_CONTROLLER = "ConflictingController"
 REASON_SCALE_FAILED = "ScaleFailed"
-# Someone else changed the target's replicas after the cycle read them: not overwritten this cycle.
+# Someone else changed the target (its replicas, or the args a batch patch sets) after the cycle read it:
+# not overwritten this cycle.
 REASON_TARGET_CHANGED = "TargetChanged"
 REASON_NOT_ACTUATED = "NotActuated"
 
