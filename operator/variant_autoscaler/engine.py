@@ -1082,12 +1082,8 @@ class Engine:
             if decision.replicas != target.spec_replicas:
                 moved = await self._patch_replicas(target, decision.replicas)
                 if moved is not None:
-                    # Decided on replicas that are no longer there: decide again on what is.
-                    self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
-                    return False, st.Condition(
-                        st.ACTUATED,
-                        "False",
-                        st.REASON_TARGET_CHANGED,
+                    return False, self._target_changed(
+                        target,
                         f"not patching {target.kind}/{target.name}: its replicas changed from "
                         f"{target.spec_replicas} to {moved} after this cycle read them (another "
                         "controller or a person); deciding again on the new count",
@@ -1154,14 +1150,17 @@ class Engine:
             fresh = await self.kube.get_object(target.api_version, target.kind, target.namespace, target.name)
             if target_from_deployment(fresh).container_args == target.container_args:
                 raise
-        self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
-        return st.Condition(
-            st.ACTUATED,
-            "False",
-            st.REASON_TARGET_CHANGED,
+        return self._target_changed(
+            target,
             f"not setting --max-num-seqs on {target.kind}/{target.name}: its container's "
             f"{target.args_field} changed after this cycle read them; deciding again on the new ones",
         )
+
+    def _target_changed(self, target: ScaleTarget, message: str) -> st.Condition:
+        """Someone changed the target after this cycle read it: nothing was overwritten, and the next
+        cycle, soon, decides on what is there now."""
+        self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
+        return st.Condition(st.ACTUATED, "False", st.REASON_TARGET_CHANGED, message)
 
     async def _patch_replicas(self, target: ScaleTarget, replicas: int) -> int | None:
         """Set the target's replicas, on the version this cycle read; None once done.
@@ -1231,6 +1230,11 @@ class Engine:
                 # leader's write): write nothing more.
                 return False
             try:
+                if attempt:
+                    # After a 409: the VA as it is now, and the status rebuilt on it.
+                    current = await self.kube.get_va(ctx.key[0], ctx.key[1])
+                    version = (current.get("metadata") or {}).get("resourceVersion")
+                    body = rebuild(current)
                 # With the object it was read as: a PUT, cheaper for the API server than a patch.
                 await self.kube.patch_va_status(ctx.key[0], ctx.key[1], body, version, current=current)
                 return True
@@ -1238,17 +1242,8 @@ class Engine:
                 self.exporter.status_conflicts.inc()
                 if attempt == self.settings.conflict_retries:
                     raise
-                if not self.leader.is_leader():
-                    return False
-                try:
-                    fresh = await self.kube.get_va(ctx.key[0], ctx.key[1])
-                except NotFoundError:
-                    return False  # deleted meanwhile
-                version = (fresh.get("metadata") or {}).get("resourceVersion")
-                current = fresh
-                body = rebuild(fresh)
             except NotFoundError:
-                return False
+                return False  # deleted meanwhile
         return False  # pragma: no cover - the loop returns or raises
 
     async def _post(
@@ -1360,7 +1355,6 @@ class Runtime:
     exporter: Exporter
     leader: LeaderLike
     engine: Engine
-    vas: Informer
     watch_kube: KubeClient
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -1425,7 +1419,6 @@ class Runtime:
             exporter=exporter,
             leader=leader,
             engine=engine,
-            vas=vas,
             watch_kube=watch_kube,
         )
         loop = asyncio.get_running_loop()
