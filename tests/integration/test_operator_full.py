@@ -85,19 +85,24 @@ def _metrics_ok(va: dict[str, Any]) -> bool:
 
 
 def _wait_for_steady_decisions(cluster: LocalCluster, namespace: str, names: list[str]) -> None:
-    """Wait until three cycles in a row decided the same replicas for every VA in ``names``.
+    """Wait until three cycles in a row decided the same replicas for every VA in ``names``, none of
+    them held back by replicas still starting.
 
     Under a load that has just started, the decisions climb for a metrics window (the rates fill it);
     a test that needs the plan at rest (not a ramp a restarted operator would go on with) waits here.
+    A decision held at the current count while added replicas start is not at rest either: once they
+    are ready, the next cycle (of this operator or a restarted one) scales up to what it recommended.
     """
-    seen: list[tuple[str, tuple[int, ...]]] = []
+    seen: list[tuple[str, tuple[int, ...], bool]] = []
 
     def steady() -> bool:
         vas = [get_va(cluster, namespace, n) for n in names]
         stamp = vas[0]["status"]["desiredOptimizedAlloc"]["lastRunTime"]
         if not seen or seen[-1][0] != stamp:
-            seen.append((stamp, tuple(_desired(v) for v in vas)))
-        return len(seen) >= 3 and len({d for _, d in seen[-3:]}) == 1
+            pending = any("still starting" in v["status"]["desiredOptimizedAlloc"]["reason"] for v in vas)
+            seen.append((stamp, tuple(_desired(v) for v in vas), pending))
+        last = seen[-3:]
+        return len(last) == 3 and len({d for _, d, _ in last}) == 1 and not any(p for *_, p in last)
 
     wait_for(steady, timeout=120, what="three cycles with the same decisions", interval=0.5)
 
