@@ -8,6 +8,7 @@ formatted as WVA formats them, plus ours). Keys the operator owns but has no val
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -74,8 +75,13 @@ class Condition:
         return out
 
 
+@functools.lru_cache(maxsize=1024)
 def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``."""
+    """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``.
+
+    Cached: a cycle formats the same few instants (its start, the last scrape, transition times) once
+    per variant, and ``strftime`` was a twentieth of the operator's CPU at 500 variants.
+    """
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
