@@ -522,27 +522,6 @@ async def test_health_fails_when_a_leader_never_completes_a_cycle() -> None:
     assert h.engine.health()["cycles"] == 0
 
 
-async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
-    class LostLease:
-        def is_leader(self) -> bool:
-            return False
-
-        async def run(self) -> None:
-            return None
-
-        async def release(self) -> None:
-            return None
-
-    h = Harness(DEFAULT_ACTUATION_MODE="patch")
-    h.add_va(replicas=1)
-    h.load(1200.0)
-    h.engine.leader = LostLease()
-    report = await h.engine.run_cycle()
-    assert [o.error for o in report.outcomes] == ["not the leader any more"]
-    assert h.kube.writes("PATCH", "") == 0 and h.kube.events() == []
-    assert h.replicas() == 1
-
-
 class _Lease:
     """Leads until told otherwise."""
 
@@ -557,6 +536,19 @@ class _Lease:
 
     async def release(self) -> None:
         return None
+
+
+async def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    h.add_va(replicas=1)
+    h.load(1200.0)
+    lost = _Lease()
+    lost.leading = False
+    h.engine.leader = lost
+    report = await h.engine.run_cycle()
+    assert [o.error for o in report.outcomes] == ["not the leader any more"]
+    assert h.kube.writes("PATCH", "") == 0 and h.kube.events() == []
+    assert h.replicas() == 1
 
 
 async def test_a_replica_that_loses_the_lease_during_a_scale_patch_does_not_retry_it() -> None:
