@@ -1249,6 +1249,9 @@ class Engine:
     async def _post(
         self, ctx: _Context, reason: str, message: str, type_: EventType, now: datetime, *, dedupe: str
     ) -> None:
+        if not self.leader.is_leader():
+            # Lost the Lease during this cycle (as _write_status): the new leader reports from now on.
+            return
         uid = (ctx.body.get("metadata") or {}).get("uid") or ""
         digest = hashlib.sha256(f"{uid}|{reason}|{dedupe}".encode()).hexdigest()[:20]
         await self.events.post(

@@ -567,6 +567,7 @@ async def test_a_replica_that_loses_the_lease_during_a_scale_patch_does_not_retr
     report = await h.engine.run_cycle()
     assert h.kube.writes("PATCH", "/scale") == 1 and h.replicas() == 1  # no retry
     assert not report.outcomes[0].written and h.kube.writes("PUT", "/status") == 0
+    assert h.kube.events() == []  # nor an Event about a decision the new leader owns now
 
 
 async def test_a_replica_that_loses_the_lease_during_a_status_write_does_not_retry_it() -> None:
