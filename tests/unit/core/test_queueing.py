@@ -220,12 +220,16 @@ def test_metrics_match_a_brute_force_chain(n: int, q: int, fraction: float) -> N
     m = qa.analyze(rate)
     lam = rate / 1000
     xput = lam * (1 - p[-1])
-    in_system = float(states @ p)
-    in_service = float(np.minimum(states, n) @ p)
+    # Exactly rounded sums (math.fsum), not BLAS dot products whose rounding depends on the CPU's
+    # kernels; and the queue length summed over the queued states directly, never as the difference
+    # of two nearly equal means (in system − in service), which cancels at low load.
+    in_system = math.fsum(float(i) * float(pi) for i, pi in zip(states, p, strict=True))
+    in_service = math.fsum(float(min(i, n)) * float(pi) for i, pi in zip(states, p, strict=True))
+    queued = math.fsum(float(i - n) * float(p[i]) for i in range(n + 1, n + q + 1))
     assert m.throughput == pytest.approx(1000 * xput, rel=1e-9)
     assert m.avg_num_in_serv == pytest.approx(in_service, rel=1e-9)
     assert m.avg_resp_time == pytest.approx(in_system / xput, rel=1e-9)
-    assert m.avg_wait_time == pytest.approx((in_system - in_service) / xput, rel=1e-7, abs=1e-12)
+    assert m.avg_wait_time == pytest.approx(queued / xput, rel=1e-7, abs=1e-12)
 
 
 def test_large_batches_switch_to_log_space_without_overflow() -> None:
