@@ -12,14 +12,18 @@ PYTEST_ARGS ?=
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --constraint requirements.lock -e '.[dev]'
 	@touch $@
 
 .PHONY: install
-install: $(VENV)/.installed ## Create ./.venv with the project and its dev tools.
+install: $(VENV)/.installed ## Create ./.venv with the project and its dev tools, at the versions in requirements.lock.
+
+.PHONY: lock
+lock: ## Re-resolve requirements.lock (and the images' pins) from pyproject.toml; then `make install`.
+	hack/images/lock.sh
 
 .PHONY: test
 test: install cluster-bins images-deps ## Run every test tier (unit, integration, e2e).
