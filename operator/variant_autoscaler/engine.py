@@ -50,6 +50,7 @@ from variant_autoscaler.adapters.kube import (
 )
 from variant_autoscaler.adapters.prometheus import Collector, Lookup, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_main_config
+from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.policy import (
@@ -66,81 +67,22 @@ from variant_autoscaler.errors import (
     KubeError,
     VariantAutoscalerError,
 )
+from variant_autoscaler.planner import (
+    ObservedLoad,
+    OptimizerPlanner,
+    PlannedVariant,
+    Planner,
+    PlanOutcome,
+    PlanRequest,
+    VariantKey,
+    optimizer_config,
+    planned_from_va,
+)
 from variant_autoscaler.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-VariantKey = tuple[str, str]  # (namespace, name)
 DEFAULT_MAX_BATCH = 256  # WVA reports 256 when it cannot tell; we read --max-num-seqs when present
-
-
-# --- the planning seam --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ObservedLoad:
-    """A variant's load for planning: requests per minute (WVA's unit) and mean tokens per request."""
-
-    arrival_rate_rpm: float
-    avg_input_tokens: float
-    avg_output_tokens: float
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedVariant:
-    """Everything the planner needs about one variant."""
-
-    key: VariantKey
-    va: VariantAutoscaling
-    accelerator: str
-    current_replicas: int
-    current_max_batch: int | None
-    load: ObservedLoad
-    min_replicas: int
-    max_replicas: int | None
-    # Variants of one model that share its load (spec.shareModelLoad) have the same group; else None.
-    share_group: str | None = None
-    # No fresh metrics: not re-planned (its allocation is kept, and counted in limited mode).
-    held: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class VariantPlan:
-    accelerator: str
-    replicas: int
-    max_batch: int | None
-    cost: float | None
-    ttft_ms: float | None
-    itl_ms: float | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class PlanRequest:
-    variants: tuple[PlannedVariant, ...]
-    accelerator_costs: Mapping[str, str]
-    service_classes: Mapping[str, str]
-    service_classes_name: str
-    config: MainConfig
-    # GPUs per device type, for limited mode; None in unlimited mode.
-    capacity: Mapping[str, int] | None
-
-
-@dataclass(frozen=True, slots=True)
-class PlanOutcome:
-    status: str
-    solve_seconds: float
-    decisions: Mapping[VariantKey, VariantPlan]
-    # Variants without a decision, and why (infeasible SLO, unknown accelerator, ...).
-    failures: Mapping[VariantKey, str] = field(default_factory=dict)
-    # Unit cost per accelerator name (for currentAlloc.variantCost), from the costs ConfigMap.
-    unit_costs: Mapping[str, float] = field(default_factory=dict)
-
-
-class Planner(Protocol):
-    """Turns the cycle's variants into decisions (the optimizer's code path; pure, may be slow)."""
-
-    def plan(self, request: PlanRequest) -> PlanOutcome: ...
 
 
 # --- per-cycle results ---------------------------------------------------------------------------------
@@ -642,25 +584,24 @@ class Engine:
             return
         ctx.lookup = snapshot.lookup(ctx.va.spec.model_id, ctx.key[0]) if snapshot is not None else None
         metrics = ctx.lookup.metrics if ctx.lookup is not None and ctx.lookup.state == "ok" else None
-        load = ObservedLoad(
-            arrival_rate_rpm=metrics.arrival_rate * 60.0 if metrics else 0.0,
-            avg_input_tokens=metrics.avg_input_tokens if metrics else 0.0,
-            avg_output_tokens=metrics.avg_output_tokens if metrics else 0.0,
+        # Without fresh metrics the variant is held: not re-planned, but its GPUs count.
+        load = (
+            ObservedLoad(metrics.arrival_rate * 60.0, metrics.avg_input_tokens, metrics.avg_output_tokens)
+            if metrics is not None
+            else None
         )
-        low, high = self._min_max(ctx.va, cfg)
-        group = f"{ctx.key[0]}/{ctx.va.spec.model_id}" if ctx.va.spec.share_model_load else None
-        ctx.planned = PlannedVariant(
-            key=ctx.key,
-            va=ctx.va,
-            accelerator=ctx.accelerator,
-            current_replicas=ctx.target.spec_replicas,
-            current_max_batch=ctx.target.max_num_seqs,
-            load=load,
-            min_replicas=low,
-            max_replicas=high,
-            share_group=group,
-            held=metrics is None,
-        )
+        try:
+            ctx.planned = planned_from_va(
+                ctx.va,
+                namespace=ctx.key[0],
+                accelerator=ctx.accelerator,
+                current_replicas=ctx.target.spec_replicas,
+                current_max_batch=ctx.target.max_num_seqs,
+                load=load,
+                config=cfg,
+            )
+        except ConfigError as exc:
+            ctx.invalid = f"invalid spec: {exc}"
 
     async def _plan(
         self,
@@ -687,12 +628,16 @@ class Engine:
                     decisions={},
                     failures={v.key: f"GPU inventory unavailable: {exc}" for v in planned},
                 )
+        accelerators = parse_accelerator_costs(costs)
+        service_classes = parse_service_classes(classes)
+        for problem in (*accelerators.problems, *service_classes.problems):
+            logger.warning("ignored: %s", problem)
         request = PlanRequest(
             variants=planned,
-            accelerator_costs=costs,
-            service_classes=classes,
-            service_classes_name=self.settings.service_classes_config_map,
-            config=cfg,
+            accelerators=accelerators.accelerators,
+            classes=service_classes,
+            classes_config_map=self.settings.service_classes_config_map,
+            optimizer=optimizer_config(cfg),
             capacity=capacity,
         )
         started = time.monotonic()
@@ -1326,17 +1271,7 @@ def _short_validation(exc: Exception) -> str:
     return f"invalid spec: {exc}"
 
 
-__all__ = [
-    "CycleReport",
-    "Engine",
-    "ObservedLoad",
-    "PlanOutcome",
-    "PlanRequest",
-    "PlannedVariant",
-    "Planner",
-    "VariantOutcome",
-    "VariantPlan",
-]
+__all__ = ["CycleReport", "Engine", "Runtime", "VariantOutcome"]
 
 
 # --- the process runtime -----------------------------------------------------------------------------
@@ -1403,7 +1338,7 @@ class Runtime:
             exporter=exporter,
             events=EventRecorder(kube, instance=settings.identity),
             leader=leader,
-            planner=planner or default_planner(),
+            planner=planner or OptimizerPlanner(),
             vas=vas.values,
             nodes=nodes,
         )
@@ -1457,169 +1392,3 @@ class Runtime:
         await self.kube.aclose()
         await self.watch_kube.aclose()
         logger.info("stopped")
-
-
-# --- planning: the optimizer's code path ----------------------------------------------------------------
-
-
-def resolve_service_class(
-    va: VariantAutoscaling, classes: Any, data: Mapping[str, str], classes_config_map: str
-) -> tuple[Any, str] | None:
-    """The variant's service class and SLOs (a ``ServiceTarget``), and how it was found.
-
-    ``sloClassRef`` is honoured when it names a class that has an entry for the model: either a key
-    of the service-classes ConfigMap (``name`` = that ConfigMap, ``key`` = e.g. ``premium.yaml``) or a
-    class name (``name: premium`` for the class ``Premium``). Otherwise the class is found by
-    ``modelID``, as WVA does (highest priority first, then key order, so the result is deterministic).
-    """
-    from variant_autoscaler.api.configmaps import parse_service_classes
-    from variant_autoscaler.core.model import ServiceTarget, find_service_class
-
-    ref = va.spec.slo_class_ref
-    model = va.spec.model_id
-    named: list[Any] = []
-    if ref.name == classes_config_map and ref.key in data:
-        named = list(parse_service_classes({ref.key: data[ref.key]}).classes)
-    else:
-        named = [c for c in classes.classes if c.name.lower() == ref.name.lower()]
-    for cls in named:
-        target = cls.target(model)
-        if target is not None:
-            return ServiceTarget.of(cls, target), f"class {cls.name} (sloClassRef)"
-    found = find_service_class(classes.classes, model)
-    if found is None:
-        return None
-    return ServiceTarget.of(*found), f"class {found[0].name} (by modelID)"
-
-
-class OptimizerPlanner:
-    """The global optimizer behind the engine's planning seam — the same path as ``variant-autoscaler
-    plan``: the ConfigMaps parsed by :mod:`variant_autoscaler.api.configmaps`, one ``VariantInput`` per
-    VariantAutoscaling, one :func:`variant_autoscaler.core.optimizer.optimize` call for all of them.
-
-    * Unlimited (WVA's) or limited mode and the saturation policy come from the main ConfigMap; limited
-      mode gets the GPU inventory.
-    * A variant keeps its accelerator unless ``KEEP_ACCELERATOR=false``.
-    * The batch size is the one the server runs (``--max-num-seqs``, else the profile's
-      ``maxBatchSize``); with ``BATCH_SIZES > 1`` smaller ones are tried for variants that let the
-      operator apply them (``spec.actuation.applyMaxBatch``).
-    * Variants sharing their model's load (``shareModelLoad``) each carry an equal part of it: the
-      collector measures the model's load once per namespace, and the optimizer pools a group by
-      adding its members' loads.
-    * Variants without fresh metrics are passed as held: the optimizer keeps their allocation (and, in
-      limited mode, counts the GPUs they hold).
-    """
-
-    def plan(self, request: PlanRequest) -> PlanOutcome:
-        from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
-        from variant_autoscaler.core.model import (
-            Load,
-            OptimizerConfig,
-            Outcome,
-            Profile,
-            SaturationPolicy,
-            VariantInput,
-        )
-        from variant_autoscaler.core.optimizer import optimize
-        from variant_autoscaler.core.queueing import ServiceParms
-
-        started = time.perf_counter()
-        costs = parse_accelerator_costs(request.accelerator_costs)
-        classes = parse_service_classes(request.service_classes)
-        for problem in (*costs.problems, *classes.problems):
-            logger.warning("ignored: %s", problem)
-        members: dict[str, int] = {}
-        for v in request.variants:
-            if v.share_group is not None and not v.held:
-                members[v.share_group] = members.get(v.share_group, 0) + 1
-        inputs: list[Any] = []
-        keys: dict[str, VariantKey] = {}
-        how: dict[VariantKey, str] = {}
-        failures: dict[VariantKey, str] = {}
-        for v in request.variants:
-            resolved = resolve_service_class(
-                v.va, classes, request.service_classes, request.service_classes_name
-            )
-            if resolved is None:
-                failures[v.key] = f"no service class has an entry for model {v.va.spec.model_id!r}"
-                continue
-            service, how[v.key] = resolved
-            profiles = tuple(
-                Profile(
-                    accelerator=p.acc,
-                    acc_count=p.acc_count,
-                    max_batch_size=p.max_batch_size,
-                    parms=ServiceParms(
-                        p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
-                    ),
-                )
-                for p in v.va.spec.model_profile.accelerators
-            )
-            share = members.get(v.share_group, 1) if v.share_group is not None else 1
-            applies_batch = bool(v.va.spec.actuation and v.va.spec.actuation.apply_max_batch)
-            try:
-                variant = VariantInput(
-                    name=v.key[1],
-                    namespace=v.key[0],
-                    model_id=v.va.spec.model_id,
-                    service=service,
-                    profiles=profiles,
-                    load=None
-                    if v.held
-                    else Load(
-                        v.load.arrival_rate_rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens
-                    ),
-                    current_accelerator=v.accelerator,
-                    current_replicas=v.current_replicas,
-                    min_replicas=v.min_replicas,
-                    max_replicas=v.max_replicas,
-                    keep_accelerator=request.config.keep_accelerator,
-                    max_batch_size=None if applies_batch else v.current_max_batch,
-                    share_load=v.share_group is not None,
-                )
-            except ConfigError as exc:
-                failures[v.key] = str(exc)
-                continue
-            inputs.append(variant)
-            keys[variant.key] = v.key
-        cfg = request.config
-        config = OptimizerConfig(
-            unlimited=cfg.optimizer_mode == "unlimited",
-            saturation_policy=SaturationPolicy.parse(cfg.saturation_policy),
-            batch_sizes=cfg.batch_sizes,
-            time_limit_s=max(1.0, min(10.0, cfg.interval_seconds / 2)),
-        )
-        plan = optimize(inputs, costs.accelerators, config, request.capacity, clock=time.perf_counter)
-        decisions: dict[VariantKey, VariantPlan] = {}
-        for variant in inputs:
-            key = keys[variant.key]
-            d = plan.decisions[variant.key]
-            if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
-                failures[key] = d.reason
-                continue
-            reason = f"{d.reason} [{how[key]}]"
-            if d.outcome is not Outcome.FULL:
-                reason = f"{d.outcome.value}: {reason}"
-            decisions[key] = VariantPlan(
-                accelerator=d.accelerator or variant.current_accelerator or "",
-                replicas=d.replicas,
-                max_batch=d.max_batch or None,
-                cost=d.cost,
-                ttft_ms=d.ttft if d.replicas > 0 else None,
-                itl_ms=d.itl if d.replicas > 0 else None,
-                reason=reason,
-            )
-        status = plan.status
-        if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
-            status = f"{status}, some infeasible"
-        return PlanOutcome(
-            status=status,
-            solve_seconds=time.perf_counter() - started,
-            decisions=decisions,
-            failures=failures,
-            unit_costs={name: acc.cost for name, acc in costs.accelerators.items()},
-        )
-
-
-def default_planner() -> Planner:
-    return OptimizerPlanner()

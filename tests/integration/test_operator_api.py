@@ -33,8 +33,9 @@ from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import KubeClient, load_credentials, target_from_deployment
 from variant_autoscaler.adapters.lease import AlwaysLeader
-from variant_autoscaler.engine import Engine, OptimizerPlanner
+from variant_autoscaler.engine import Engine
 from variant_autoscaler.errors import ConflictError
+from variant_autoscaler.planner import OptimizerPlanner
 from variant_autoscaler.settings import Settings
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"  # discard port: connection refused

@@ -25,7 +25,8 @@ from variant_autoscaler.adapters.kube import CallableTransport, Credentials, Kub
 from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
 from variant_autoscaler.api.config import PrometheusConfig
-from variant_autoscaler.engine import Engine, OptimizerPlanner
+from variant_autoscaler.engine import Engine
+from variant_autoscaler.planner import OptimizerPlanner
 from variant_autoscaler.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

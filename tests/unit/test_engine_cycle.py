@@ -13,7 +13,7 @@ from engine_fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.core import status as st
-from variant_autoscaler.engine import PlanOutcome, PlanRequest, VariantPlan
+from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 
 
 def _schema() -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from variant_autoscaler import USER_AGENT
 from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.core.demand import demand_rate, fix_value
 from variant_autoscaler.errors import CollectionError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -98,11 +99,6 @@ class Sample:
     labels: Mapping[str, str]
     value: float  # NaN and infinities are kept; callers decide
     timestamp: float
-
-
-def fix_value(value: float) -> float:
-    """WVA's FixValue: NaN and infinities read as 0."""
-    return value if math.isfinite(value) else 0.0
 
 
 def build_ssl_context(cfg: PrometheusConfig) -> ssl.SSLContext:
@@ -313,20 +309,6 @@ class MetricsSnapshot:
                 f"(limit {self.staleness_seconds:.0f}s)",
             )
         return Lookup("ok", found, "vLLM metrics are available and up to date")
-
-
-def demand_rate(
-    completion_rate: float, waiting: float, waiting_growth: float, window_seconds: float, drain_seconds: float
-) -> float:
-    """Requests/s of demand.
-
-    Completions under-read demand when the server is saturated: the excess waits. Demand is the
-    completion rate plus the rate at which the waiting queue grew over the window, plus the rate needed
-    to drain the queue that is already there within ``drain_seconds``.
-    """
-    growth = max(0.0, fix_value(waiting_growth)) / window_seconds
-    backlog = max(0.0, fix_value(waiting)) / drain_seconds
-    return max(0.0, fix_value(completion_rate)) + growth + backlog
 
 
 def _by_key(samples: list[Sample]) -> dict[ModelKey, float]:

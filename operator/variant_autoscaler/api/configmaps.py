@@ -17,7 +17,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -52,6 +52,9 @@ class ServiceClasses:
 
     classes: tuple[ServiceClass, ...]
     problems: tuple[str, ...] = ()
+    # The class each ConfigMap key holds (what ``sloClassRef: {name: <this ConfigMap>, key}`` names),
+    # including one whose name repeats an earlier key's (left out of ``classes``).
+    by_key: Mapping[str, ServiceClass] = field(default_factory=dict)
 
     def named(self, name: str) -> ServiceClass | None:
         for cls in self.classes:
@@ -192,19 +195,21 @@ def parse_service_classes(
     """
     items: list[tuple[str, object]]
     if isinstance(data, list):
-        items = [(f"[{i}]", doc) for i, doc in enumerate(data)]
+        items = [(str(i), doc) for i, doc in enumerate(data)]
     else:
-        items = [(f"[{key}]", data[key]) for key in sorted(data)]
+        items = [(key, data[key]) for key in sorted(data)]
     classes: list[ServiceClass] = []
+    by_key: dict[str, ServiceClass] = {}
     problems: list[str] = []
     seen: dict[str, str] = {}
     for key, raw in items:
-        where = f"{SERVICE_CLASSES_CONFIG_MAP}{key}"
+        where = f"{SERVICE_CLASSES_CONFIG_MAP}[{key}]"
         try:
             cls = _service_class(where, raw)
         except _Problem as exc:
             problems.append(str(exc))
         else:
+            by_key[key] = cls
             if cls.name in seen:
                 problems.append(f"{where}: class {cls.name!r} is already defined in {seen[cls.name]}")
             else:
@@ -212,4 +217,4 @@ def parse_service_classes(
                 classes.append(cls)
         if strict and problems:
             raise ConfigError(problems[0])
-    return ServiceClasses(tuple(classes), tuple(problems))
+    return ServiceClasses(tuple(classes), tuple(problems), by_key)

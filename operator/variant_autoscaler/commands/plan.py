@@ -28,13 +28,11 @@ import contextlib
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from variant_autoscaler.api.configmaps import (
@@ -43,20 +41,19 @@ from variant_autoscaler.api.configmaps import (
     parse_accelerator_costs,
     parse_service_classes,
 )
+from variant_autoscaler.api.documents import load_document
 from variant_autoscaler.api.v1alpha1 import ModelProfile
-from variant_autoscaler.core.analyzer import Load
-from variant_autoscaler.core.model import (
-    OptimizerConfig,
-    Plan,
-    Profile,
-    SaturationPolicy,
-    ServiceParms,
-    ServiceTarget,
-    VariantInput,
-    find_service_class,
-)
-from variant_autoscaler.core.optimizer import optimize
+from variant_autoscaler.core.model import OptimizerConfig, Plan, SaturationPolicy
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.planner import (
+    ObservedLoad,
+    OptimizerPlanner,
+    PlannedVariant,
+    PlanOutcome,
+    PlanRequest,
+    SloClassRef,
+    profiles_of,
+)
 
 __all__ = ["PlanInputs", "build_inputs", "load_plan_file", "register", "render_json", "render_table", "run"]
 
@@ -106,13 +103,11 @@ class PlanFileSection(_Strict):
 
 @dataclass(frozen=True, slots=True)
 class PlanInputs:
-    """Everything the optimizer needs, plus the variants that could not be read (key → reason)."""
+    """The planning request, plus the variants that could not be read (key → reason)."""
 
-    config: OptimizerConfig
+    request: PlanRequest
     accelerators: AcceleratorCosts
     classes: ServiceClasses
-    capacity: Mapping[str, int]
-    variants: tuple[VariantInput, ...]
     invalid: Mapping[str, str]
 
 
@@ -124,7 +119,7 @@ def _errors(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
-def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, VariantInput | str]:
+def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, PlannedVariant | str]:
     label = f"variants[{index}]"
     if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
         namespace = raw.get("namespace") if isinstance(raw.get("namespace"), str) else "default"
@@ -135,56 +130,39 @@ def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, Var
         return label, f"invalid: {_errors(exc)}"
     key = f"{section.namespace}/{section.name}"
     try:
-        profiles = tuple(
-            Profile(
-                accelerator=p.acc,
-                acc_count=p.acc_count,
-                max_batch_size=p.max_batch_size,
-                parms=ServiceParms(
-                    p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
-                ),
-            )
-            for p in section.model_profile.accelerators
-        )
-    except ValueError as exc:
+        profiles = profiles_of(section.model_profile)
+    except ConfigError as exc:
         return key, f"invalid: field 'modelProfile': {exc}"
+    ref = None
     if section.service_class is not None:
         cls = classes.named(section.service_class)
         if cls is None:
             return key, f"invalid: field 'serviceClass': no service class named {section.service_class!r}"
-        target = cls.target(section.model_id)
-        if target is None:
+        if cls.target(section.model_id) is None:
             return key, f"invalid: service class {cls.name!r} has no entry for model {section.model_id!r}"
-        service = ServiceTarget.of(cls, target)
-    else:
-        found = find_service_class(classes.classes, section.model_id)
-        if found is None:
-            return key, f"invalid: no service class has an entry for model {section.model_id!r}"
-        service = ServiceTarget.of(*found)
+        ref = SloClassRef(cls.name)
     load = (
         None
         if section.load is None
-        else Load(section.load.arrival_rate, section.load.avg_input_tokens, section.load.avg_output_tokens)
-    )
-    try:
-        variant = VariantInput(
-            name=section.name,
-            namespace=section.namespace,
-            model_id=section.model_id,
-            service=service,
-            profiles=profiles,
-            load=load,
-            current_accelerator=section.accelerator,
-            current_replicas=section.current_replicas,
-            min_replicas=section.min_replicas,
-            max_replicas=section.max_replicas,
-            keep_accelerator=section.keep_accelerator,
-            max_batch_size=section.max_batch_size,
-            share_load=section.share_load,
+        else ObservedLoad(
+            section.load.arrival_rate, section.load.avg_input_tokens, section.load.avg_output_tokens
         )
-    except ConfigError as exc:
-        return key, f"invalid: {exc}"
-    return key, variant
+    )
+    return key, PlannedVariant(
+        key=(section.namespace, section.name),
+        model_id=section.model_id,
+        profiles=profiles,
+        accelerator=section.accelerator,
+        current_replicas=section.current_replicas,
+        load=load,
+        min_replicas=section.min_replicas,
+        max_replicas=section.max_replicas,
+        slo_class_ref=ref,
+        keep_accelerator=section.keep_accelerator,
+        max_batch=section.max_batch_size,
+        # The file states each member's own load: the group is the model (the optimizer pools by model).
+        share_group=section.model_id if section.share_load else None,
+    )
 
 
 def build_inputs(document: object) -> PlanInputs:
@@ -216,7 +194,7 @@ def build_inputs(document: object) -> PlanInputs:
     for device, count in section.capacity.items():
         if count < 0:
             raise ConfigError(f"plan file: field 'capacity.{device}': must be >= 0, got {count}")
-    variants: dict[str, VariantInput] = {}
+    variants: dict[str, PlannedVariant] = {}
     invalid: dict[str, str] = {}
     for index, raw in enumerate(section.variants):
         key, parsed = _variant(raw, index, classes)
@@ -227,14 +205,15 @@ def build_inputs(document: object) -> PlanInputs:
             invalid[key] = parsed
         else:
             variants[key] = parsed
-    return PlanInputs(
-        config=config,
-        accelerators=accelerators,
-        classes=classes,
-        capacity=dict(section.capacity),
+    request = PlanRequest(
         variants=tuple(variants.values()),
-        invalid=invalid,
+        accelerators=accelerators.accelerators,
+        classes=classes,
+        optimizer=config,
+        capacity=dict(section.capacity),
+        group_load_is_total=False,
     )
+    return PlanInputs(request=request, accelerators=accelerators, classes=classes, invalid=invalid)
 
 
 def load_plan_file(path: Path) -> PlanInputs:
@@ -242,11 +221,7 @@ def load_plan_file(path: Path) -> PlanInputs:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML or JSON: {exc}") from None
-    return build_inputs(document)
+    return build_inputs(load_document(text, source=str(path)))
 
 
 @contextlib.contextmanager
@@ -263,15 +238,17 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def make_plan(inputs: PlanInputs) -> Plan:
+def make_plan(inputs: PlanInputs) -> tuple[Plan, dict[str, str]]:
+    """The plan, and every variant without a decision in it (unreadable, or refused by the planner)."""
     with _stdout_to_stderr():
-        return optimize(
-            inputs.variants,
-            inputs.accelerators.accelerators,
-            inputs.config,
-            inputs.capacity,
-            clock=time.perf_counter,
-        )
+        outcome: PlanOutcome = OptimizerPlanner().plan(inputs.request)
+    assert outcome.plan is not None
+    invalid = dict(inputs.invalid)
+    for (namespace, name), reason in outcome.failures.items():
+        key = f"{namespace}/{name}"
+        if key not in outcome.plan.decisions:
+            invalid[key] = f"invalid: {reason}"
+    return outcome.plan, invalid
 
 
 def _round(value: float) -> float:
@@ -373,11 +350,8 @@ def render_table(plan: Plan, invalid: Mapping[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = load_plan_file(Path(args.file))
-    plan = make_plan(inputs)
-    output = (
-        render_json(plan, inputs.invalid) if args.output == "json" else render_table(plan, inputs.invalid)
-    )
+    plan, invalid = make_plan(load_plan_file(Path(args.file)))
+    output = render_json(plan, invalid) if args.output == "json" else render_table(plan, invalid)
     print(output)
     return 0
 

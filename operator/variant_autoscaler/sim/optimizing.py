@@ -1,10 +1,10 @@
 """Policies that decide with the operator's optimizer: WVA, ours, the hindsight oracle, static peak.
 
-They share the operator's planning seam (:class:`variant_autoscaler.engine.Planner`): each decision
-builds the same :class:`~variant_autoscaler.engine.PlanRequest` the operator builds from the cluster —
-VariantAutoscaling objects, the ``accelerator-unit-costs`` and ``service-classes-config`` data, the
-main ConfigMap and (limited mode) the GPU inventory — and hands it to :class:`OptimizerPlanner`, which
-runs the operator's optimizer (:func:`variant_autoscaler.core.optimizer.optimize`) on it.
+They decide through the operator's own planner (:mod:`variant_autoscaler.planner`): each decision
+builds the :class:`~variant_autoscaler.planner.PlanRequest` the operator builds from the cluster —
+VariantAutoscaling objects (:func:`~variant_autoscaler.planner.planned_from_va`), the
+``accelerator-unit-costs`` and ``service-classes-config`` data, the main ConfigMap and (limited mode)
+the GPU inventory — and hands it to :class:`~variant_autoscaler.planner.OptimizerPlanner`.
 
 * **WVA** (wva.md): every 60 s, unlimited mode, each VA keeps its accelerator, ``minReplicas`` 1, the
   load is ``rate(vllm:request_success_total[1m])`` of the VA's *model* (WVA selects series by
@@ -25,30 +25,42 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import yaml
 
 from variant_autoscaler.api.config import MainConfig, parse_main_config
+from variant_autoscaler.api.configmaps import (
+    ServiceClasses,
+    parse_accelerator_costs,
+    parse_service_classes,
+)
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
+from variant_autoscaler.core.demand import demand_rate
+from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.planner import (
+    ObservedLoad,
+    OptimizerPlanner,
+    PlannedVariant,
+    Planner,
+    PlanOutcome,
+    PlanRequest,
+    optimizer_config,
+    planned_from_va,
+)
 from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.policies import Policy
 from variant_autoscaler.sim.scenario import Scenario, Variant
 from variant_autoscaler.sim.traffic import Arrivals
 
-if TYPE_CHECKING:
-    from variant_autoscaler.engine import Planner, PlanOutcome, PlanRequest
-
 __all__ = [
     "NAMESPACE",
-    "OptimizerPlanner",
     "OptimizerPolicy",
     "OraclePolicy",
     "PlanInputs",
@@ -77,6 +89,14 @@ class PlanInputs:
     accelerator_costs: Mapping[str, str]
     service_classes: Mapping[str, str]
     config: MainConfig
+
+    @property
+    def accelerators(self) -> Mapping[str, AcceleratorType]:
+        return parse_accelerator_costs(self.accelerator_costs, strict=True).accelerators
+
+    @property
+    def classes(self) -> ServiceClasses:
+        return parse_service_classes(self.service_classes, strict=True)
 
 
 def plan_inputs(
@@ -177,121 +197,6 @@ def _int_ms(value: float, scale: float) -> int:
     return max(1, math.floor(value * scale))
 
 
-class OptimizerPlanner:
-    """The global optimizer (:func:`variant_autoscaler.core.optimizer.optimize`) behind the engine's
-    planning seam: the ConfigMap data parsed with the operator's parsers, one
-    :class:`~variant_autoscaler.core.model.VariantInput` per VA, WVA's unlimited mode or limited mode
-    from the main config, and the plan's decisions handed back as the engine expects them.
-
-    Each variant keeps its accelerator (a Deployment runs on one type); the batch size is the
-    profile's ``maxBatchSize`` (``batch_sizes = 1``), the one its pods run, since the operator only
-    changes ``--max-num-seqs`` when a VA opts in.
-    """
-
-    def __init__(self, *, batch_sizes: int = 1) -> None:
-        self.batch_sizes = batch_sizes
-
-    def plan(self, request: PlanRequest) -> PlanOutcome:
-        from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
-        from variant_autoscaler.core.model import (
-            Load,
-            OptimizerConfig,
-            Outcome,
-            Profile,
-            SaturationPolicy,
-            ServiceParms,
-            ServiceTarget,
-            VariantInput,
-            find_service_class,
-        )
-        from variant_autoscaler.core.optimizer import optimize
-        from variant_autoscaler.engine import PlanOutcome, VariantPlan
-
-        costs = parse_accelerator_costs(request.accelerator_costs, strict=True)
-        classes = parse_service_classes(request.service_classes, strict=True)
-        # Every VA of a model carries the model's load (the collector groups by model_name), while
-        # the optimizer pools a share group by adding its members' loads: give each member its part.
-        members: dict[str, int] = {}
-        for v in request.variants:
-            if v.share_group is not None:
-                members[v.share_group] = members.get(v.share_group, 0) + 1
-        inputs: list[VariantInput] = []
-        failures: dict[tuple[str, str], str] = {}
-        for v in request.variants:
-            found = find_service_class(classes.classes, v.va.spec.model_id)
-            if found is None:
-                failures[v.key] = f"no service class has an entry for model {v.va.spec.model_id!r}"
-                continue
-            profiles = tuple(
-                Profile(
-                    accelerator=p.acc,
-                    acc_count=p.acc_count,
-                    max_batch_size=p.max_batch_size,
-                    parms=ServiceParms(
-                        p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
-                    ),
-                )
-                for p in v.va.spec.model_profile.accelerators
-            )
-            inputs.append(
-                VariantInput(
-                    name=v.key[1],
-                    namespace=v.key[0],
-                    model_id=v.va.spec.model_id,
-                    service=ServiceTarget.of(*found),
-                    profiles=profiles,
-                    load=Load(
-                        v.load.arrival_rate_rpm / (members[v.share_group] if v.share_group else 1),
-                        v.load.avg_input_tokens,
-                        v.load.avg_output_tokens,
-                    ),
-                    current_accelerator=v.accelerator,
-                    current_replicas=v.current_replicas,
-                    min_replicas=v.min_replicas,
-                    max_replicas=v.max_replicas,
-                    keep_accelerator=True,
-                    share_load=v.share_group is not None,
-                )
-            )
-        cfg = request.config
-        config = OptimizerConfig(
-            unlimited=cfg.optimizer_mode == "unlimited",
-            saturation_policy=SaturationPolicy.parse(cfg.saturation_policy),
-            batch_sizes=self.batch_sizes,
-        )
-        started = time.perf_counter()
-        plan = optimize(inputs, costs.accelerators, config, request.capacity)
-        elapsed = time.perf_counter() - started
-        decisions: dict[tuple[str, str], VariantPlan] = {}
-        for variant in inputs:
-            d = plan.decisions[variant.key]
-            key = (variant.namespace, variant.name)
-            if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
-                failures[key] = d.reason
-                continue
-            decisions[key] = VariantPlan(
-                accelerator=d.accelerator or variant.current_accelerator or "",
-                replicas=d.replicas,
-                max_batch=d.max_batch or None,
-                cost=d.cost,
-                ttft_ms=d.ttft or None,
-                itl_ms=d.itl or None,
-                reason=d.reason,
-            )
-        return PlanOutcome(
-            status=plan.status,
-            solve_seconds=elapsed,
-            decisions=decisions,
-            failures=failures,
-            unit_costs={name: acc.cost for name, acc in costs.accelerators.items()},
-        )
-
-
-def default_planner() -> Planner:
-    """The planner the simulated policies use: :class:`OptimizerPlanner`."""
-    return OptimizerPlanner()
-
-
 @dataclass(frozen=True, slots=True)
 class ModelLoad:
     rpm: float
@@ -308,8 +213,6 @@ def observed_loads(
     completions plus the waiting queue's growth over the window plus its backlog over ``drain_s``.
     Token means are completion-weighted over the model's variants.
     """
-    from variant_autoscaler.adapters.prometheus import demand_rate
-
     window = scenario.settings.rate_window_s
     by_model: dict[str, list[VariantView]] = {}
     for view in obs.variants.values():
@@ -388,6 +291,9 @@ class OptimizerPolicy(Policy):
         self.inputs = plan_inputs(
             scenario, mode=mode, share_load=share_load, wva_bounds=wva_bounds, slo_scale=slo_scale
         )
+        # Parsed once: the scenario's ConfigMaps do not change during a run.
+        self._accelerators = self.inputs.accelerators
+        self._classes = self.inputs.classes
         self.mode = mode
         self.load_source = load_source
         self.replica_policy = replica_policy
@@ -409,41 +315,40 @@ class OptimizerPolicy(Policy):
     @property
     def planner(self) -> Planner:
         if self._planner is None:
-            self._planner = default_planner()
+            self._planner = OptimizerPlanner()
         return self._planner
 
     def plan(
-        self, loads: Mapping[str, ModelLoad], current: Mapping[str, int], capacity: Mapping[str, int]
+        self,
+        loads: Mapping[str, ModelLoad],
+        current: Mapping[str, int],
+        capacity: Mapping[str, int],
+        *,
+        held: frozenset[str] = frozenset(),
     ) -> PlanOutcome:
-        """One planning call, as the operator makes it."""
-        from variant_autoscaler.engine import ObservedLoad, PlannedVariant, PlanRequest
-
+        """One planning call, as the operator makes it; the models in ``held`` have no metrics."""
         planned: list[PlannedVariant] = []
         cfg = self.inputs.config
         for var in self.scenario.variants:
-            va = self.inputs.vas[var.name]
             load = loads[var.model]
-            low = va.spec.min_replicas if va.spec.min_replicas is not None else cfg.min_replicas_default
-            share = va.spec.share_model_load
             planned.append(
-                PlannedVariant(
-                    key=(NAMESPACE, var.name),
-                    va=va,
+                planned_from_va(
+                    self.inputs.vas[var.name],
+                    namespace=NAMESPACE,
                     accelerator=var.accelerator,
                     current_replicas=current[var.name],
                     current_max_batch=None,
-                    load=ObservedLoad(load.rpm, load.avg_input_tokens, load.avg_output_tokens),
-                    min_replicas=low,
-                    max_replicas=va.spec.max_replicas,
-                    share_group=f"{NAMESPACE}/{var.model}" if share else None,
+                    load=None
+                    if var.model in held
+                    else ObservedLoad(load.rpm, load.avg_input_tokens, load.avg_output_tokens),
+                    config=cfg,
                 )
             )
         request = PlanRequest(
             variants=tuple(planned),
-            accelerator_costs=self.inputs.accelerator_costs,
-            service_classes=self.inputs.service_classes,
-            service_classes_name="service-classes-config",
-            config=cfg,
+            accelerators=self._accelerators,
+            classes=self._classes,
+            optimizer=optimizer_config(cfg),
             capacity=self._capacity_by_device(capacity) if self.mode == "limited" else None,
         )
         outcome = self.planner.plan(request)
@@ -469,7 +374,9 @@ class OptimizerPolicy(Policy):
             for model in loads
         }
         current = {name: view.desired for name, view in obs.variants.items()}
-        outcome = self.plan(loads, current, obs.capacity)
+        # WVA skips a variant without metrics after planning; the operator holds it in the plan.
+        held = frozenset(m for m, ok in metrics_ok.items() if not ok) if self.replica_policy else frozenset()
+        outcome = self.plan(loads, current, obs.capacity, held=held)
         actions: dict[str, Action] = {}
         for var in self.scenario.variants:
             view = obs.variants[var.name]

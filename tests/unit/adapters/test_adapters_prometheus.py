@@ -17,9 +17,9 @@ from variant_autoscaler.adapters.prometheus import (
     PrometheusClient,
     build_queries,
     build_ssl_context,
-    demand_rate,
 )
 from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import CollectionError, ConfigError
 
 NOW = 1_700_000_000.0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sim_helpers import fake_factory
 
-from variant_autoscaler.engine import PlanOutcome, PlanRequest, VariantPlan
+from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.optimizing import (
     NAMESPACE,
@@ -51,6 +51,8 @@ class OnePerRps:
             if v.share_group is not None:
                 first_of_group.setdefault(v.share_group, v.key[1])
         for v in request.variants:
+            if v.load is None:  # held, as the real planner: no decision
+                continue
             takes = v.share_group is None or first_of_group[v.share_group] == v.key[1]
             need = math.ceil(v.load.arrival_rate_rpm / 60.0 - 1e-9) if takes else 0
             decisions[v.key] = VariantPlan(
@@ -166,7 +168,7 @@ def test_wva_sizes_every_variant_for_the_whole_model() -> None:
     # Both VAs see the model's 3 req/s: 3 replicas each (WVA's double provisioning of one model).
     assert actions["va"].replicas == 3 and actions["vh"].replicas == 3
     request = planner.requests[-1]
-    assert request.capacity is None and request.config.optimizer_mode == "unlimited"
+    assert request.capacity is None and request.optimizer.unlimited
     assert all(v.share_group is None and v.min_replicas == 1 for v in request.variants)
 
 
@@ -184,7 +186,7 @@ def test_ours_shares_the_model_and_stabilises_scale_down() -> None:
     actions = policy.decide(observation(60.0, views))
     assert actions == {"va": actions["va"]} and actions["va"].replicas == 4
     request = planner.requests[-1]
-    assert request.config.optimizer_mode == "limited"
+    assert not request.optimizer.unlimited
     assert request.capacity == {"NVIDIA-A100": 4, "NVIDIA-H100": 4}  # by device type
     assert {v.share_group for v in request.variants} == {f"{NAMESPACE}/m"}
     # Load drops: the 300 s scale-down window keeps 4 for now.

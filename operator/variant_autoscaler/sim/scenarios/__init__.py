@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from importlib import resources
 
+from variant_autoscaler.api.documents import load_document
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.sim.config import parse_scenario
 from variant_autoscaler.sim.scenario import Scenario
 
 __all__ = ["BUNDLED", "bundled_text", "load_bundled"]
@@ -24,8 +26,4 @@ def bundled_text(name: str) -> str:
 
 
 def load_bundled(name: str) -> Scenario:
-    import yaml
-
-    from variant_autoscaler.sim.config import parse_scenario
-
-    return parse_scenario(yaml.safe_load(bundled_text(name)))
+    return parse_scenario(load_document(bundled_text(name), source=f"bundled scenario {name}"))

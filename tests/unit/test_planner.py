@@ -1,5 +1,5 @@
-"""The engine's planner: the optimizer's code path with the operator's inputs (sloClassRef, shared
-load, held variants, limited mode with the GPU inventory)."""
+"""The planner (the operator's, the simulator's and ``plan``'s): the optimizer's code path with the
+operator's inputs (sloClassRef, shared load, held variants, limited mode with the GPU inventory)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import pytest
 from engine_fakes import NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.inventory import node_gpus
-from variant_autoscaler.api.config import parse_main_config
-from variant_autoscaler.api.configmaps import parse_service_classes
+from variant_autoscaler.api.config import MainConfig, parse_main_config
+from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
-from variant_autoscaler.engine import (
+from variant_autoscaler.planner import (
     ObservedLoad,
     OptimizerPlanner,
     PlannedVariant,
     PlanRequest,
+    SloClassRef,
+    optimizer_config,
+    planned_from_va,
     resolve_service_class,
 )
 
@@ -51,42 +54,46 @@ def _va(name: str = VA, **spec: Any) -> VariantAutoscaling:
     ],
 )
 def test_slo_class_resolution(ref: dict[str, str], model: str, expected: str) -> None:
-    va = _va(sloClassRef=ref, modelID=model)
-    resolved = resolve_service_class(va, parse_service_classes(CLASSES), CLASSES, "service-classes-config")
+    resolved = resolve_service_class(
+        model, SloClassRef(ref["name"], ref["key"]), parse_service_classes(CLASSES), "service-classes-config"
+    )
     assert resolved is not None and resolved[1] == expected
 
 
 def test_unknown_model_has_no_class() -> None:
-    va = _va(modelID="nobody/knows")
-    assert (
-        resolve_service_class(va, parse_service_classes(CLASSES), CLASSES, "service-classes-config") is None
-    )
+    ref = SloClassRef("premium", "opt-125m")
+    classes = parse_service_classes(CLASSES)
+    assert resolve_service_class("nobody/knows", ref, classes, "service-classes-config") is None
 
 
 def _planned(
-    va: VariantAutoscaling, rpm: float, *, share: bool = False, held: bool = False, replicas: int = 1
+    va: VariantAutoscaling,
+    rpm: float,
+    *,
+    share: bool = False,
+    held: bool = False,
+    replicas: int = 1,
+    config: MainConfig | None = None,
 ) -> PlannedVariant:
-    return PlannedVariant(
-        key=(NS, va.metadata.name),
-        va=va,
+    planned = planned_from_va(
+        va,
+        namespace=NS,
         accelerator="A100",
         current_replicas=replicas,
         current_max_batch=None,
-        load=ObservedLoad(rpm, 100.0, 128.0),
-        min_replicas=1,
-        max_replicas=None,
-        share_group=f"{NS}/{va.spec.model_id}" if share else None,
-        held=held,
+        load=None if held else ObservedLoad(rpm, 100.0, 128.0),
+        config=config or MainConfig(),
     )
+    assert (planned.share_group is not None) == share
+    return planned
 
 
 def _request(*variants: PlannedVariant, capacity: dict[str, int] | None = None, **cm: str) -> PlanRequest:
     return PlanRequest(
         variants=variants,
-        accelerator_costs=COSTS,
-        service_classes=CLASSES,
-        service_classes_name="service-classes-config",
-        config=parse_main_config(cm),
+        accelerators=parse_accelerator_costs(COSTS).accelerators,
+        classes=parse_service_classes(CLASSES),
+        optimizer=optimizer_config(parse_main_config(cm)),
         capacity=capacity,
     )
 
@@ -134,7 +141,9 @@ def test_limited_mode_respects_the_inventory() -> None:
 def test_infeasible_slo_is_a_failure_with_the_reason() -> None:
     classes = {"tight.yaml": "name: Tight\npriority: 1\ndata:\n  - model: default/default\n    slo-tpot: 5\n"}
     request = _request(_planned(_va(sloClassRef={"name": "Tight", "key": "x"}), 60.0))
-    request = PlanRequest(request.variants, COSTS, classes, "service-classes-config", request.config, None)
+    request = PlanRequest(
+        request.variants, request.accelerators, parse_service_classes(classes), request.optimizer, None
+    )
     outcome = OptimizerPlanner().plan(request)
     assert (NS, VA) not in outcome.decisions
     assert "ITL" in outcome.failures[(NS, VA)]
@@ -215,7 +224,8 @@ def test_keep_accelerator_off_lets_the_plan_pick_another_profile() -> None:
     va = _va()
     kept = OptimizerPlanner().plan(_request(_planned(va, 600.0)))
     assert kept.decisions[(NS, VA)].accelerator == "A100"
-    free = OptimizerPlanner().plan(_request(_planned(copy.deepcopy(va), 600.0), KEEP_ACCELERATOR="false"))
+    config = parse_main_config({"KEEP_ACCELERATOR": "false"})
+    free = OptimizerPlanner().plan(_request(_planned(copy.deepcopy(va), 600.0, config=config)))
     assert free.decisions[(NS, VA)].accelerator in {"A100", "MI300X", "G2"}
     assert "feasible accelerator" in free.decisions[(NS, VA)].reason
 

@@ -1,0 +1,346 @@
+"""The one planner: the operator, the simulator and ``variant-autoscaler plan`` all decide through it.
+
+A caller describes each variant as a :class:`PlannedVariant` (its model, performance profiles, service
+class reference, what runs now, its load and bounds), the parsed accelerator costs and service classes,
+how to optimize and, in limited mode, the GPU inventory: a :class:`PlanRequest`. :class:`OptimizerPlanner`
+resolves every variant's service class, turns it into the optimizer's
+:class:`~variant_autoscaler.core.model.VariantInput` and makes one
+:func:`~variant_autoscaler.core.optimizer.optimize` call for all of them. Where the request comes from
+is the caller's business: the engine builds it from the cluster each cycle, the simulator from a
+scenario, the ``plan`` command from a file; what is decided from it is the same code for all three.
+
+Pure apart from one clock read (the solver's time limit): no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from variant_autoscaler.api.config import MainConfig
+from variant_autoscaler.api.configmaps import ServiceClasses
+from variant_autoscaler.api.v1alpha1 import ModelProfile, VariantAutoscaling
+from variant_autoscaler.core.analyzer import Load
+from variant_autoscaler.core.model import (
+    AcceleratorType,
+    OptimizerConfig,
+    Outcome,
+    Plan,
+    Profile,
+    SaturationPolicy,
+    ServiceClass,
+    ServiceTarget,
+    VariantInput,
+    find_service_class,
+)
+from variant_autoscaler.core.optimizer import optimize
+from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.errors import ConfigError
+
+__all__ = [
+    "ObservedLoad",
+    "OptimizerPlanner",
+    "PlanOutcome",
+    "PlanRequest",
+    "PlannedVariant",
+    "Planner",
+    "SloClassRef",
+    "VariantKey",
+    "VariantPlan",
+    "optimizer_config",
+    "planned_from_va",
+    "profiles_of",
+    "resolve_service_class",
+]
+
+logger = logging.getLogger(__name__)
+
+VariantKey = tuple[str, str]  # (namespace, name)
+
+
+# --- the seam --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedLoad:
+    """A variant's load for planning: requests per minute (WVA's unit) and mean tokens per request."""
+
+    arrival_rate_rpm: float
+    avg_input_tokens: float
+    avg_output_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class SloClassRef:
+    """Which service class a variant asks for: a class name, or (``name`` = the service-classes
+    ConfigMap) one of its keys (``key``, e.g. ``premium.yaml``), as a VA's ``sloClassRef``."""
+
+    name: str
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedVariant:
+    """Everything the planner needs about one variant.
+
+    * ``profiles``: its model's performance per accelerator (from the VA's ``modelProfile``, or learned).
+    * ``load``: ``None`` when there are no fresh metrics: the variant is *held*, not re-planned (its
+      allocation is kept and, in limited mode, its GPUs count).
+    * ``max_batch``: the batch size the server runs when the operator may not change it; ``None`` lets
+      the optimizer try the profile's ``maxBatchSize`` (and smaller ones with ``batch_sizes > 1``).
+    * ``share_group``: variants of one model that share its load (``shareModelLoad``) have the same
+      group; see :attr:`PlanRequest.group_load_is_total`.
+    """
+
+    key: VariantKey
+    model_id: str
+    profiles: tuple[Profile, ...]
+    accelerator: str | None
+    current_replicas: int
+    load: ObservedLoad | None
+    min_replicas: int
+    max_replicas: int | None
+    slo_class_ref: SloClassRef | None = None
+    keep_accelerator: bool = True
+    max_batch: int | None = None
+    share_group: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.load is None
+
+
+@dataclass(frozen=True, slots=True)
+class VariantPlan:
+    accelerator: str
+    replicas: int
+    max_batch: int | None
+    cost: float | None
+    ttft_ms: float | None
+    itl_ms: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """One planning call.
+
+    ``group_load_is_total``: the operator's collector measures a model's load once per namespace, so
+    every member of a share group reports the group's whole load, and each is given an equal part of it
+    (the optimizer pools a group by adding its members' loads). A ``plan`` file states each member's own
+    load instead (False).
+    """
+
+    variants: tuple[PlannedVariant, ...]
+    accelerators: Mapping[str, AcceleratorType]
+    classes: ServiceClasses
+    optimizer: OptimizerConfig
+    # GPUs per device type, for limited mode; None in unlimited mode.
+    capacity: Mapping[str, int] | None
+    classes_config_map: str = "service-classes-config"
+    group_load_is_total: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOutcome:
+    status: str
+    solve_seconds: float
+    decisions: Mapping[VariantKey, VariantPlan]
+    # Variants without a decision, and why (infeasible SLO, unknown accelerator, ...).
+    failures: Mapping[VariantKey, str] = field(default_factory=dict)
+    # Unit cost per accelerator name (for currentAlloc.variantCost).
+    unit_costs: Mapping[str, float] = field(default_factory=dict)
+    # The optimizer's own plan (binding constraints, solver figures); None when it did not run.
+    plan: Plan | None = None
+
+
+class Planner(Protocol):
+    """Turns a cycle's variants into decisions (pure, may be slow)."""
+
+    def plan(self, request: PlanRequest) -> PlanOutcome: ...
+
+
+# --- building the inputs ---------------------------------------------------------------------------------
+
+
+def profiles_of(model_profile: ModelProfile) -> tuple[Profile, ...]:
+    """The optimizer's profiles from a CR's ``modelProfile`` (raises ConfigError on a bad entry)."""
+    try:
+        return tuple(
+            Profile(
+                accelerator=p.acc,
+                acc_count=p.acc_count,
+                max_batch_size=p.max_batch_size,
+                parms=ServiceParms(
+                    p.perf_parms.alpha, p.perf_parms.beta, p.perf_parms.gamma, p.perf_parms.delta
+                ),
+            )
+            for p in model_profile.accelerators
+        )
+    except ValueError as exc:  # a parameter that is not a positive finite number
+        raise ConfigError(str(exc)) from None
+
+
+def planned_from_va(
+    va: VariantAutoscaling,
+    *,
+    namespace: str,
+    accelerator: str | None,
+    current_replicas: int,
+    current_max_batch: int | None,
+    load: ObservedLoad | None,
+    config: MainConfig,
+) -> PlannedVariant:
+    """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
+
+    The batch size is the one the server runs (``--max-num-seqs``, else the profile's ``maxBatchSize``)
+    unless the VA lets the operator apply another (``spec.actuation.applyMaxBatch``).
+    """
+    spec = va.spec
+    applies_batch = bool(spec.actuation and spec.actuation.apply_max_batch)
+    ref = spec.slo_class_ref
+    return PlannedVariant(
+        key=(namespace, va.metadata.name),
+        model_id=spec.model_id,
+        profiles=profiles_of(spec.model_profile),
+        accelerator=accelerator,
+        current_replicas=current_replicas,
+        load=load,
+        min_replicas=spec.min_replicas if spec.min_replicas is not None else config.min_replicas_default,
+        max_replicas=spec.max_replicas,
+        slo_class_ref=SloClassRef(ref.name, ref.key),
+        keep_accelerator=config.keep_accelerator,
+        max_batch=None if applies_batch else current_max_batch,
+        share_group=f"{namespace}/{spec.model_id}" if spec.share_model_load else None,
+    )
+
+
+def optimizer_config(config: MainConfig) -> OptimizerConfig:
+    """How the operator optimizes, from its main ConfigMap (the solver gets half an interval, 1–10 s)."""
+    return OptimizerConfig(
+        unlimited=config.optimizer_mode == "unlimited",
+        saturation_policy=SaturationPolicy.parse(config.saturation_policy),
+        batch_sizes=config.batch_sizes,
+        time_limit_s=max(1.0, min(10.0, config.interval_seconds / 2)),
+    )
+
+
+def resolve_service_class(
+    model_id: str, ref: SloClassRef | None, classes: ServiceClasses, classes_config_map: str
+) -> tuple[ServiceTarget, str] | None:
+    """The variant's service class and SLOs, and how it was found.
+
+    ``sloClassRef`` is honoured when it names a class that has an entry for the model: either a key of
+    the service-classes ConfigMap (``name`` = that ConfigMap, ``key`` = e.g. ``premium.yaml``) or a class
+    name (``name: premium`` for the class ``Premium``; an exact match first). Otherwise the class is
+    found by ``modelID``, as WVA does (highest priority first, then key order: deterministic).
+    """
+    if ref is not None:
+        named: Iterable[ServiceClass] = ()
+        if ref.name == classes_config_map and ref.key is not None and ref.key in classes.by_key:
+            named = (classes.by_key[ref.key],)
+        else:
+            wanted = ref.name.lower()
+            named = sorted(
+                (c for c in classes.classes if c.name.lower() == wanted), key=lambda c: c.name != ref.name
+            )
+        for cls in named:
+            target = cls.target(model_id)
+            if target is not None:
+                return ServiceTarget.of(cls, target), f"class {cls.name} (sloClassRef)"
+    found = find_service_class(classes.classes, model_id)
+    if found is None:
+        return None
+    return ServiceTarget.of(*found), f"class {found[0].name} (by modelID)"
+
+
+# --- the planner -----------------------------------------------------------------------------------------
+
+
+class OptimizerPlanner:
+    """The global optimizer behind the planning seam: one ``VariantInput`` per variant, one
+    :func:`~variant_autoscaler.core.optimizer.optimize` call for all of them, its decisions handed back
+    per variant with the reason an admin reads (and the service class they were planned for).
+    """
+
+    def plan(self, request: PlanRequest) -> PlanOutcome:
+        started = time.perf_counter()
+        members: dict[str, int] = {}
+        if request.group_load_is_total:
+            for v in request.variants:
+                if v.share_group is not None and not v.held:
+                    members[v.share_group] = members.get(v.share_group, 0) + 1
+        inputs: list[VariantInput] = []
+        keys: dict[str, VariantKey] = {}
+        how: dict[VariantKey, str] = {}
+        failures: dict[VariantKey, str] = {}
+        for v in request.variants:
+            resolved = resolve_service_class(
+                v.model_id, v.slo_class_ref, request.classes, request.classes_config_map
+            )
+            if resolved is None:
+                failures[v.key] = f"no service class has an entry for model {v.model_id!r}"
+                continue
+            service, how[v.key] = resolved
+            share = members.get(v.share_group, 1) if v.share_group is not None else 1
+            try:
+                variant = VariantInput(
+                    name=v.key[1],
+                    namespace=v.key[0],
+                    model_id=v.model_id,
+                    service=service,
+                    profiles=v.profiles,
+                    load=None
+                    if v.load is None
+                    else Load(
+                        v.load.arrival_rate_rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens
+                    ),
+                    current_accelerator=v.accelerator,
+                    current_replicas=v.current_replicas,
+                    min_replicas=v.min_replicas,
+                    max_replicas=v.max_replicas,
+                    keep_accelerator=v.keep_accelerator,
+                    max_batch_size=v.max_batch,
+                    share_load=v.share_group is not None,
+                )
+            except ConfigError as exc:
+                failures[v.key] = str(exc)
+                continue
+            inputs.append(variant)
+            keys[variant.key] = v.key
+        plan = optimize(
+            inputs, request.accelerators, request.optimizer, request.capacity, clock=time.perf_counter
+        )
+        decisions: dict[VariantKey, VariantPlan] = {}
+        for variant in inputs:
+            key = keys[variant.key]
+            d = plan.decisions[variant.key]
+            if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
+                failures[key] = d.reason
+                continue
+            reason = f"{d.reason} [{how[key]}]"
+            if d.outcome is not Outcome.FULL:
+                reason = f"{d.outcome.value}: {reason}"
+            decisions[key] = VariantPlan(
+                accelerator=d.accelerator or variant.current_accelerator or "",
+                replicas=d.replicas,
+                max_batch=d.max_batch or None,
+                cost=d.cost,
+                ttft_ms=d.ttft if d.replicas > 0 else None,
+                itl_ms=d.itl if d.replicas > 0 else None,
+                reason=reason,
+            )
+        status = plan.status
+        if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
+            status = f"{status}, some infeasible"
+        return PlanOutcome(
+            status=status,
+            solve_seconds=time.perf_counter() - started,
+            decisions=decisions,
+            failures=failures,
+            unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
+            plan=plan,
+        )
