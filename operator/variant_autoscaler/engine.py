@@ -26,7 +26,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -53,12 +53,18 @@ from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_ma
 from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
 from variant_autoscaler.core import status as st
-from variant_autoscaler.core.policy import (
-    PolicyDecision,
-    PolicyInput,
-    apply_policy,
-    batch_stable_cycles,
-    should_apply_batch,
+from variant_autoscaler.core.decision import (
+    ActuationResult,
+    DecisionInputs,
+    EventSpec,
+    MetricsView,
+    Report,
+    TargetView,
+    VariantDecision,
+    decide,
+    report,
+    report_invalid,
+    unchanged,
 )
 from variant_autoscaler.errors import (
     CollectionError,
@@ -81,9 +87,6 @@ from variant_autoscaler.planner import (
 from variant_autoscaler.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_MAX_BATCH = 256  # WVA reports 256 when it cannot tell; we read --max-num-seqs when present
-
 
 # --- per-cycle results ---------------------------------------------------------------------------------
 
@@ -575,10 +578,6 @@ class Engine:
             return va.spec.actuation.mode
         return cfg.default_actuation_mode
 
-    def _min_max(self, va: VariantAutoscaling, cfg: MainConfig) -> tuple[int, int | None]:
-        low = va.spec.min_replicas if va.spec.min_replicas is not None else cfg.min_replicas_default
-        return low, va.spec.max_replicas
-
     def _prepare(self, ctx: _Context, snapshot: MetricsSnapshot | None, cfg: MainConfig) -> None:
         if ctx.va is None or ctx.invalid or ctx.target is None or ctx.accelerator is None:
             return
@@ -713,367 +712,88 @@ class Engine:
         metrics_error: str | None,
         now: datetime,
     ) -> VariantOutcome:
-        raw_status = ctx.body.get("status") or {}
-        prev_conditions = st.conditions_from_json(raw_status.get("conditions"))
-        generation = (ctx.body.get("metadata") or {}).get("generation")
-
-        if ctx.va is None or ctx.invalid:
-            message = ctx.invalid or "invalid spec"
-            update = st.Condition(st.OPTIMIZATION_READY, "False", st.REASON_INVALID_SPEC, message)
-            status = {
-                "observedGeneration": generation,
-                "conditions": [
-                    c.to_json()
-                    for c in st.merge_conditions(prev_conditions, [_with_generation(update, generation)], now)
-                ],
-            }
-            await self._post_on_flip(ctx, prev_conditions, update, "Warning", now)
-            written = await self._write_status(
-                ctx, status, lambda fresh: _only_conditions(fresh, [update], now)
-            )
-            return VariantOutcome(key=ctx.key, written=written, error=message)
-
-        va = ctx.va
-        mode = self._mode(va, cfg)
-        prev_desired = raw_status.get("desiredOptimizedAlloc") or {}
-        prev_actuation = raw_status.get("actuation") or {}
-        last_desired = (
-            prev_desired.get("numReplicas") if isinstance(prev_desired.get("numReplicas"), int) else None
-        )
-        last_scale_time = st.parse_time(prev_actuation.get("lastScaleTime"))
-        last_metrics_time = st.parse_time(raw_status.get("lastMetricsTime"))
-        target = ctx.target
-        low, high = self._min_max(va, cfg)
-        conditions: list[st.Condition] = []
-
-        # Metrics.
-        metrics_ok = False
-        scale_down_hold: str | None = None
-        if metrics_error is not None:
-            metrics_reason = f"Prometheus: {metrics_error}"
-            conditions.append(
-                st.Condition(st.METRICS_AVAILABLE, "False", st.REASON_PROMETHEUS_ERROR, metrics_reason)
-            )
-        elif ctx.lookup is None:
-            metrics_reason = "metrics not collected"
-        elif ctx.lookup.state == "ok" and ctx.lookup.metrics is not None:
-            recovery = st.metrics_recovery(
-                prev_conditions, now, cfg.metrics_window_seconds, ctx.lookup.metrics.newest_sample
-            )
-            metrics_reason = ctx.lookup.message
-            if recovery is None:
-                conditions.append(
-                    st.Condition(st.METRICS_AVAILABLE, "True", st.REASON_METRICS_FOUND, ctx.lookup.message)
-                )
-            else:
-                conditions.append(recovery)
-                if recovery.status != "True":  # back, but nothing scraped since the gap yet
-                    metrics_reason = recovery.message
-                else:
-                    scale_down_hold = recovery.message
-            metrics_ok = recovery is None or recovery.status == "True"
-            if metrics_ok:
-                last_metrics_time = now
-        else:
-            metrics_reason = ctx.lookup.message
-            reason = st.REASON_METRICS_STALE if ctx.lookup.state == "stale" else st.REASON_METRICS_MISSING
-            conditions.append(st.Condition(st.METRICS_AVAILABLE, "False", reason, ctx.lookup.message))
-
-        # The plan's word on this variant.
-        plan = outcome.decisions.get(ctx.key)
-        if config_error is not None:
-            plan_reason = config_error
-            conditions.append(
-                st.Condition(st.OPTIMIZATION_READY, "False", st.REASON_CONFIGURATION_INVALID, config_error)
-            )
-        elif target is None:
-            plan_reason = ctx.target_error or "scale target unavailable"
-            conditions.append(
-                st.Condition(st.OPTIMIZATION_READY, "False", st.REASON_TARGET_NOT_FOUND, plan_reason)
-            )
-        elif not metrics_ok:
-            plan_reason = metrics_reason
-            conditions.append(
-                st.Condition(
-                    st.OPTIMIZATION_READY,
-                    "False",
-                    st.REASON_METRICS_UNAVAILABLE,
-                    f"holding the last decision: {metrics_reason}",
-                )
-            )
-        elif plan is None:
-            plan_reason = (
-                outcome.failures.get(ctx.key) or f"no decision from the optimizer (plan {outcome.status})"
-            )
-            conditions.append(
-                st.Condition(st.OPTIMIZATION_READY, "False", st.REASON_OPTIMIZATION_FAILED, plan_reason)
-            )
-        else:
-            plan_reason = plan.reason
-            conditions.append(
-                st.Condition(
-                    st.OPTIMIZATION_READY,
-                    "True",
-                    st.REASON_OPTIMIZATION_SUCCEEDED,
-                    f"Optimization completed: {plan.replicas} replicas on {plan.accelerator}",
-                )
-            )
-
-        # Policy.
-        stabilization = (
-            float(va.spec.scale_down.stabilization_window_seconds)
-            if va.spec.scale_down is not None and va.spec.scale_down.stabilization_window_seconds is not None
-            else cfg.stabilization_for(mode)
-        )
-        # A change of the target's replicas since the last status (ours before a restart, or anyone's)
-        # counts as a scale for the pending-replicas rule.
-        prev_current = (raw_status.get("currentAlloc") or {}).get("numReplicas")
-        if target is not None and isinstance(prev_current, int) and prev_current != target.spec_replicas:
-            last_scale_time = now
-        decision: PolicyDecision = apply_policy(
-            PolicyInput(
-                now=now,
-                optimized_replicas=plan.replicas
-                if plan is not None and target is not None and config_error is None
-                else None,
-                optimized_reason=plan_reason,
-                metrics_ok=metrics_ok,
-                metrics_reason=metrics_reason,
-                current_replicas=target.spec_replicas if target is not None else None,
-                ready_replicas=target.ready_replicas if target is not None else None,
-                last_desired=last_desired,
-                min_replicas=low,
-                max_replicas=high,
-                stabilization_seconds=stabilization,
-                history=st.recommendations_from_json(raw_status.get("recommendations")),
-                last_scale_time=last_scale_time,
-                pending_timeout_seconds=cfg.pending_timeout_seconds,
-                scale_down_hold=scale_down_hold,
-            )
-        )
-        accelerator = plan.accelerator if plan is not None else (ctx.accelerator or "")
-        max_batch = plan.max_batch if plan is not None else prev_desired.get("maxBatch")
-        prev_batch = prev_desired.get("maxBatch") if isinstance(prev_desired.get("maxBatch"), int) else None
-        # Counted up to what the batch rule needs (a count that grows for ever changes every status).
-        stable = min(
-            batch_stable_cycles(prev_batch, int(prev_actuation.get("maxBatchStableCycles") or 0), max_batch),
-            cfg.batch_stable_cycles,
-        )
-
-        # Actuation.
-        applied, actuated = await self._actuate(
+        inputs = decision_inputs(
             ctx,
-            mode=mode,
-            decision=decision,
-            max_batch=max_batch,
-            stable_cycles=stable,
+            outcome=outcome,
             cfg=cfg,
             hpas=hpas,
+            config_error=config_error,
+            metrics_error=metrics_error,
             now=now,
         )
-        if ctx.patched:
-            last_scale_time = now
-        conditions.append(actuated)
+        if ctx.va is None or ctx.invalid:
+            message = ctx.invalid or "invalid spec"
+            invalid = report_invalid(inputs, message)
+            await self._post_all(ctx, invalid.events, now)
+            written = await self._write_status(ctx, invalid)
+            return VariantOutcome(key=ctx.key, written=written, error=message)
 
-        # Status.
-        unit_cost = outcome.unit_costs.get(ctx.accelerator or "", 0.0)
-        metrics = ctx.lookup.metrics if ctx.lookup is not None else None
-        current = None
-        if target is not None and ctx.accelerator is not None:
-            profile = va.spec.profile_for(ctx.accelerator)
-            current = st.CurrentView(
-                accelerator=ctx.accelerator,
-                replicas=target.spec_replicas,
-                max_batch=target.max_num_seqs or (profile.max_batch_size if profile else DEFAULT_MAX_BATCH),
-                cost=target.spec_replicas * unit_cost,
-                itl_ms=metrics.itl_ms if metrics else 0.0,
-                ttft_ms=metrics.ttft_ms if metrics else 0.0,
-                arrival_rate_rpm=metrics.arrival_rate * 60.0 if metrics else 0.0,
-                avg_input_tokens=metrics.avg_input_tokens if metrics else 0.0,
-                avg_output_tokens=metrics.avg_output_tokens if metrics else 0.0,
-            )
-        desired = st.DesiredView(
-            accelerator=accelerator if len(accelerator) >= 2 else (ctx.accelerator or "unknown"),
-            replicas=decision.replicas,
-            last_run_time=now,
-            max_batch=max_batch if isinstance(max_batch, int) else None,
-            reason=decision.reason,
-            ttft_ms=plan.ttft_ms if plan is not None and not decision.held else None,
-            itl_ms=plan.itl_ms if plan is not None and not decision.held else None,
-            cost=plan.cost if plan is not None and not decision.held else None,
-        )
-        inputs = st.StatusInputs(
-            now=now,
-            generation=generation,
-            previous_conditions=prev_conditions,
-            condition_updates=tuple(conditions),
-            current=current,
-            desired=desired,
-            actuation=st.ActuationView(
-                applied=applied, mode=mode, last_scale_time=last_scale_time, max_batch_stable_cycles=stable
-            ),
-            recommendations=decision.history,
-            last_metrics_time=last_metrics_time,
-        )
-        status = st.build_status(inputs)
-
-        # Events: the decision changed, or a condition went bad.
-        prev_key = (last_desired, prev_desired.get("accelerator"), prev_batch)
-        new_key = (decision.replicas, desired.accelerator, desired.max_batch)
-        if prev_key != new_key:
-            await self._post(
-                ctx,
-                "DecisionChanged",
-                f"{last_desired if last_desired is not None else '-'} -> {decision.replicas} replicas on "
-                f"{desired.accelerator}"
-                + (f", batch {desired.max_batch}" if desired.max_batch else "")
-                + f": {decision.reason}",
-                "Normal",
-                now,
-                dedupe=f"{prev_desired.get('lastRunTime')}|{prev_key}|{new_key}",
-            )
-        for cond in conditions:
-            if cond.status == "False":
-                await self._post_on_flip(ctx, prev_conditions, cond, "Warning", now)
-
-        # Gauges (exported at the end of the cycle).
-        self._gauges.append(
-            VariantGauges(
-                variant_name=ctx.key[1],
-                namespace=ctx.key[0],
-                accelerator=desired.accelerator,
-                mode=mode,
-                desired_replicas=decision.replicas,
-                current_replicas=target.status_replicas
-                if target is not None
-                else (prev_current if isinstance(prev_current, int) else 0),
-                predicted_ttft_ms=desired.ttft_ms,
-                predicted_itl_ms=desired.itl_ms,
-                observed_ttft_ms=metrics.ttft_ms if metrics is not None and metrics_ok else None,
-                observed_itl_ms=metrics.itl_ms if metrics is not None and metrics_ok else None,
-            )
-        )
-
-        if (
-            cfg.status_refresh_seconds > 0
-            and raw_status
-            and st.status_essentials(status) == st.status_essentials(raw_status)
-            and not st.refresh_due(raw_status, now, cfg.status_refresh_seconds, _spread(ctx.body))
-        ):
+        decision = decide(inputs)
+        result = None if decision.settled is not None else await self._actuate(ctx, decision)
+        rep = report(decision, result)
+        await self._post_all(ctx, rep.events, now)
+        if rep.gauges is not None:
+            self._gauges.append(VariantGauges(**asdict(rep.gauges)))
+        mode = inputs.mode
+        if not rep.write:
             self.exporter.status_writes_skipped.inc()
             return VariantOutcome(
-                key=ctx.key, written=False, decision=decision.replicas, mode=mode, unchanged=True
+                key=ctx.key, written=False, decision=decision.policy.replicas, mode=mode, unchanged=True
             )
-        written = await self._write_status(
-            ctx, status, lambda fresh: st.build_status(_refreshed(inputs, fresh))
-        )
+        written = await self._write_status(ctx, rep)
         # Ownership as in WVA: the VA is garbage-collected with its Deployment. (After the status write,
         # whose resourceVersion precondition this metadata change would otherwise break.)
+        target = ctx.target
         if target is not None and target.uid and target.kind == "Deployment":
             await self._ensure_owner(ctx, target)
-        return VariantOutcome(key=ctx.key, written=written, decision=decision.replicas, mode=mode)
+        return VariantOutcome(key=ctx.key, written=written, decision=decision.policy.replicas, mode=mode)
 
-    async def _actuate(
-        self,
-        ctx: _Context,
-        *,
-        mode: ActuationMode,
-        decision: PolicyDecision,
-        max_batch: int | None,
-        stable_cycles: int,
-        cfg: MainConfig,
-        hpas: Mapping[tuple[str, str, str], str],
-        now: datetime,
-    ) -> tuple[bool, st.Condition]:
+    async def _actuate(self, ctx: _Context, decision: VariantDecision) -> ActuationResult:
+        """Patch mode: set what the decision asks of the target, on the version this cycle read."""
         target = ctx.target
-        if mode == "shadow":
-            return True, st.Condition(
-                st.ACTUATED,
-                "True",
-                st.REASON_SHADOW,
-                f"shadow mode: recommending {decision.replicas} replicas, nothing changed",
-            )
-        if mode == "metrics":
-            return True, st.Condition(
-                st.ACTUATED,
-                "True",
-                st.REASON_METRICS_EMITTED,
-                f"inferno_desired_replicas={decision.replicas} exported for the HPA",
-            )
-        # Patch mode.
-        if target is None:
-            return False, st.Condition(
-                st.ACTUATED, "False", st.REASON_NOT_ACTUATED, ctx.target_error or "no scale target"
-            )
-        owner = hpas.get((ctx.key[0], target.kind, target.name))
-        if owner is not None:
-            return False, st.Condition(
-                st.ACTUATED,
-                "False",
-                st.REASON_CONFLICTING_CONTROLLER,
-                f"not patching {target.kind}/{target.name}: HorizontalPodAutoscaler {owner} manages it "
-                "(use actuation mode metrics, or remove the HPA)",
-            )
-        if target.controller is not None:
-            return False, st.Condition(
-                st.ACTUATED,
-                "False",
-                st.REASON_CONFLICTING_CONTROLLER,
-                f"not patching {target.kind}/{target.name}: it is controlled by {target.controller}",
-            )
-        messages: list[str] = []
+        assert target is not None
+        done: list[str] = []
         failed: st.Condition | None = None
         try:
-            if decision.replicas != target.spec_replicas:
-                moved = await self._patch_replicas(target, decision.replicas)
+            if decision.scale_to is not None:
+                moved = await self._patch_replicas(target, decision.scale_to)
                 if moved is not None:
-                    return False, self._target_changed(
-                        target,
-                        f"not patching {target.kind}/{target.name}: its replicas changed from "
-                        f"{target.spec_replicas} to {moved} after this cycle read them (another "
-                        "controller or a person); deciding again on the new count",
+                    return ActuationResult(
+                        applied=False,
+                        condition=self._target_changed(
+                            target,
+                            f"not patching {target.kind}/{target.name}: its replicas changed from "
+                            f"{target.spec_replicas} to {moved} after this cycle read them (another "
+                            "controller or a person); deciding again on the new count",
+                        ),
                     )
-                direction = "up" if decision.replicas > target.spec_replicas else "down"
+                direction = "up" if decision.scale_to > target.spec_replicas else "down"
                 self.exporter.scalings.labels(
                     variant_name=ctx.key[1], namespace=ctx.key[0], direction=direction, reason="optimizer"
                 ).inc()
-                messages.append(
-                    f"scaled {target.kind}/{target.name} from {target.spec_replicas} to {decision.replicas}"
+                done.append(
+                    f"scaled {target.kind}/{target.name} from {target.spec_replicas} to {decision.scale_to}"
                 )
-                ctx.patched = True
-            apply_batch = bool(ctx.va and ctx.va.spec.actuation and ctx.va.spec.actuation.apply_max_batch)
-            if (
-                should_apply_batch(
-                    enabled=apply_batch,
-                    current_batch=target.max_num_seqs,
-                    batch=max_batch,
-                    stable_cycles=stable_cycles,
-                    required_cycles=cfg.batch_stable_cycles,
-                )
-                and target.kind == "Deployment"
-                and target.container_index is not None
-                and max_batch is not None
-            ):
-                failed = await self._patch_max_batch(target, max_batch)
+            if decision.batch_to is not None:
+                failed = await self._patch_max_batch(target, decision.batch_to)
                 if failed is None:
-                    messages.append(f"set --max-num-seqs {max_batch} (was {target.max_num_seqs})")
-                    ctx.patched = True
+                    done.append(f"set --max-num-seqs {decision.batch_to} (was {target.max_num_seqs})")
         except KubeError as exc:
             failed = st.Condition(st.ACTUATED, "False", st.REASON_SCALE_FAILED, str(exc))
-        done = "; ".join(messages)
-        if done:
-            await self._post(ctx, "Scaled", done, "Normal", now, dedupe=f"{now.isoformat()}|{messages}")
+        said = "; ".join(done)
         if failed is not None:
             # What was done before the failure stays said.
-            return False, replace(failed, message=f"{done}; then: {failed.message}") if done else failed
+            message = f"{said}; then: {failed.message}" if said else failed.message
+            return ActuationResult(
+                applied=False, condition=replace(failed, message=message), done=tuple(done)
+            )
         if done:
-            return True, st.Condition(st.ACTUATED, "True", st.REASON_SCALED, done)
-        return True, st.Condition(
-            st.ACTUATED,
-            "True",
-            st.REASON_UNCHANGED,
-            f"{target.kind}/{target.name} already has {decision.replicas} replicas",
-        )
+            return ActuationResult(
+                applied=True,
+                condition=st.Condition(st.ACTUATED, "True", st.REASON_SCALED, said),
+                done=tuple(done),
+            )
+        return unchanged(decision)
 
     async def _patch_max_batch(self, target: ScaleTarget, max_batch: int) -> st.Condition | None:
         """Set the serving container's ``--max-num-seqs``, on the args this cycle read; None once done.
@@ -1158,16 +878,11 @@ class Engine:
         except KubeError as exc:
             logger.warning("could not set the owner of %s/%s: %s", ctx.key[0], ctx.key[1], exc)
 
-    async def _write_status(
-        self,
-        ctx: _Context,
-        status: Mapping[str, Any],
-        rebuild: Callable[[Mapping[str, Any]], Mapping[str, Any]],
-    ) -> bool:
-        """Patch the status with the resourceVersion we read; on 409 re-read, rebuild and retry."""
+    async def _write_status(self, ctx: _Context, rep: Report) -> bool:
+        """Write the status with the resourceVersion we read; on 409 re-read, rebuild and retry."""
         meta = ctx.body.get("metadata") or {}
         version = meta.get("resourceVersion")
-        body = status
+        body: Mapping[str, Any] = rep.status
         current: Mapping[str, Any] = ctx.body
         for attempt in range(self.settings.conflict_retries + 1):
             if not self.leader.is_leader():
@@ -1179,7 +894,7 @@ class Engine:
                     # After a 409: the VA as it is now, and the status rebuilt on it.
                     current = await self.kube.get_va(ctx.key[0], ctx.key[1])
                     version = (current.get("metadata") or {}).get("resourceVersion")
-                    body = rebuild(current)
+                    body = rep.on(current)
                 # With the object it was read as: a PUT, cheaper for the API server than a patch.
                 await self.kube.patch_va_status(ctx.key[0], ctx.key[1], body, version, current=current)
                 return True
@@ -1190,6 +905,10 @@ class Engine:
             except NotFoundError:
                 return False  # deleted meanwhile
         return False  # pragma: no cover - the loop returns or raises
+
+    async def _post_all(self, ctx: _Context, events: Sequence[EventSpec], now: datetime) -> None:
+        for event in events:
+            await self._post(ctx, event.reason, event.message, event.type, now, dedupe=event.dedupe)
 
     async def _post(
         self, ctx: _Context, reason: str, message: str, type_: EventType, now: datetime, *, dedupe: str
@@ -1203,61 +922,92 @@ class Engine:
             ctx.body, reason=reason, message=message, type_=type_, now=now, name_suffix=digest
         )
 
-    async def _post_on_flip(
-        self,
-        ctx: _Context,
-        previous: Sequence[st.Condition],
-        cond: st.Condition,
-        type_: EventType,
-        now: datetime,
-    ) -> None:
-        before = next((c for c in previous if c.type == cond.type), None)
-        if before is not None and before.status == cond.status and before.reason == cond.reason:
-            return
-        stamp = before.last_transition_time.isoformat() if before and before.last_transition_time else "-"
-        await self._post(ctx, cond.reason, cond.message, type_, now, dedupe=f"{cond.type}|{stamp}")
 
-
-def _spread(body: Mapping[str, Any]) -> float:
-    """A number in [0, 1) fixed per object (from its uid), to spread periodic status refreshes."""
-    uid = str((body.get("metadata") or {}).get("uid") or "")
-    return int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) / 2**32
-
-
-def _with_generation(cond: st.Condition, generation: object) -> st.Condition:
-    return st.Condition(
-        cond.type,
-        cond.status,
-        cond.reason,
-        cond.message,
-        generation if isinstance(generation, int) else None,
-        cond.last_transition_time,
+def _target_view(target: ScaleTarget | None) -> TargetView | None:
+    if target is None:
+        return None
+    return TargetView(
+        kind=target.kind,
+        name=target.name,
+        spec_replicas=target.spec_replicas,
+        ready_replicas=target.ready_replicas,
+        status_replicas=target.status_replicas,
+        max_num_seqs=target.max_num_seqs,
+        controller=target.controller,
+        batch_patchable=target.kind == "Deployment" and target.container_index is not None,
     )
 
 
-def _only_conditions(
-    fresh: Mapping[str, Any], updates: Sequence[st.Condition], now: datetime
-) -> dict[str, Any]:
-    generation = (fresh.get("metadata") or {}).get("generation")
-    previous = st.conditions_from_json((fresh.get("status") or {}).get("conditions"))
-    merged = st.merge_conditions(previous, [_with_generation(u, generation) for u in updates], now)
-    return {"observedGeneration": generation, "conditions": [c.to_json() for c in merged]}
+def _metrics_view(lookup: Lookup | None) -> MetricsView | None:
+    if lookup is None:
+        return None
+    m = lookup.metrics
+    if m is None:
+        return MetricsView("missing" if lookup.state == "ok" else lookup.state, lookup.message)
+    return MetricsView(
+        lookup.state,
+        lookup.message,
+        newest_sample=m.newest_sample,
+        arrival_rate=m.arrival_rate,
+        avg_input_tokens=m.avg_input_tokens,
+        avg_output_tokens=m.avg_output_tokens,
+        ttft_ms=m.ttft_ms,
+        itl_ms=m.itl_ms,
+    )
 
 
-def _refreshed(inputs: st.StatusInputs, fresh: Mapping[str, Any]) -> st.StatusInputs:
-    """The same decision, merged onto a freshly read object's conditions and generation."""
-    generation = (fresh.get("metadata") or {}).get("generation")
-    previous = st.conditions_from_json((fresh.get("status") or {}).get("conditions"))
-    return st.StatusInputs(
-        now=inputs.now,
-        generation=generation if isinstance(generation, int) else inputs.generation,
-        previous_conditions=previous,
-        condition_updates=inputs.condition_updates,
-        current=inputs.current,
-        desired=inputs.desired,
-        actuation=inputs.actuation,
-        recommendations=inputs.recommendations,
-        last_metrics_time=inputs.last_metrics_time,
+def decision_inputs(
+    ctx: _Context,
+    *,
+    outcome: PlanOutcome,
+    cfg: MainConfig,
+    hpas: Mapping[tuple[str, str, str], str],
+    config_error: str | None,
+    metrics_error: str | None,
+    now: datetime,
+) -> DecisionInputs:
+    """What the cycle read of one variant, as the pure decision's inputs."""
+    meta = ctx.body.get("metadata") or {}
+    generation = meta.get("generation")
+    va, target = ctx.va, ctx.target
+    mode = Engine._mode(va, cfg) if va is not None else cfg.default_actuation_mode
+    low, high = (va.spec.min_replicas, va.spec.max_replicas) if va is not None else (None, None)
+    profile = va.spec.profile_for(ctx.accelerator) if va is not None and ctx.accelerator else None
+    stabilization = (
+        float(va.spec.scale_down.stabilization_window_seconds)
+        if va is not None
+        and va.spec.scale_down is not None
+        and va.spec.scale_down.stabilization_window_seconds is not None
+        else cfg.stabilization_for(mode)
+    )
+    return DecisionInputs(
+        now=now,
+        namespace=ctx.key[0],
+        name=ctx.key[1],
+        uid=str(meta.get("uid") or ""),
+        generation=generation if isinstance(generation, int) else None,
+        previous=ctx.body.get("status") or {},
+        mode=mode,
+        min_replicas=low if low is not None else cfg.min_replicas_default,
+        max_replicas=high,
+        stabilization_seconds=stabilization,
+        apply_max_batch=bool(va is not None and va.spec.actuation and va.spec.actuation.apply_max_batch),
+        profile_max_batch=profile.max_batch_size if profile is not None else None,
+        accelerator=ctx.accelerator,
+        target=_target_view(target),
+        target_error=ctx.target_error,
+        hpa_owner=hpas.get((ctx.key[0], target.kind, target.name)) if target is not None else None,
+        metrics=_metrics_view(ctx.lookup),
+        metrics_error=metrics_error,
+        config_error=config_error,
+        plan=outcome.decisions.get(ctx.key),
+        plan_failure=outcome.failures.get(ctx.key),
+        plan_status=outcome.status,
+        unit_cost=outcome.unit_costs.get(ctx.accelerator or "", 0.0),
+        metrics_window_seconds=cfg.metrics_window_seconds,
+        pending_timeout_seconds=cfg.pending_timeout_seconds,
+        batch_stable_cycles=cfg.batch_stable_cycles,
+        status_refresh_seconds=cfg.status_refresh_seconds,
     )
 
 

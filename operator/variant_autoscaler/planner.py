@@ -24,6 +24,7 @@ from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.v1alpha1 import ModelProfile, VariantAutoscaling
 from variant_autoscaler.core.analyzer import Load
+from variant_autoscaler.core.decision import VariantPlan
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -111,17 +112,6 @@ class PlannedVariant:
     @property
     def held(self) -> bool:
         return self.load is None
-
-
-@dataclass(frozen=True, slots=True)
-class VariantPlan:
-    accelerator: str
-    replicas: int
-    max_batch: int | None
-    cost: float | None
-    ttft_ms: float | None
-    itl_ms: float | None
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
