@@ -236,24 +236,24 @@ def test_scale_patches_land_only_on_the_replicas_they_were_decided_on(
                     "apps/v1", "Deployment", namespace, "vllme-deployment", 2,
                     resource_version=target.resource_version,
                 )  # fmt: skip
-            assert await engine._patch_replicas(target, 2) == 3
+            assert await engine.actuator.patch_replicas(target, 2) == 3
             assert replicas() == 3
             # Read again; then only an annotation changes: the retry on the new version patches.
             (read,) = await kube.list_deployments(namespace)
             target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
             api_cluster.kubectl("annotate", "deployment", "-n", namespace, "vllme-deployment", "touched=yes")
-            assert await engine._patch_replicas(target, 2) is None
+            assert await engine.actuator.patch_replicas(target, 2) is None
             assert replicas() == 2
             # --max-num-seqs: a JSON patch that tests the args read; the API server's 422 says no more.
             container_args(["--model", "m", "--max-num-seqs", "64"])
             (read,) = await kube.list_deployments(namespace)
             target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
             container_args(["--model", "m", "--max-num-seqs", "32"])
-            refused = await engine._patch_max_batch(target, 16)
+            refused = await engine.actuator.patch_max_batch(target, 16)
             assert refused is not None and refused.reason == "TargetChanged"
             (read,) = await kube.list_deployments(namespace)
             target = target_from_deployment({"apiVersion": "apps/v1", "kind": "Deployment", **read})
-            assert await engine._patch_max_batch(target, 16) is None
+            assert await engine.actuator.patch_max_batch(target, 16) is None
             out = api_cluster.kubectl(
                 "get", "deployment", "-n", namespace, "vllme-deployment", "-ojson"
             ).stdout

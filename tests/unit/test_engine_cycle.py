@@ -12,6 +12,7 @@ import pytest
 from engine_fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
+from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.core import status as st
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 
@@ -592,16 +593,14 @@ async def test_a_replica_that_loses_the_lease_during_a_status_write_does_not_ret
 async def test_a_spec_is_parsed_once_until_its_generation_or_labels_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from variant_autoscaler import engine as engine_module
-
     parsed: list[object] = []
-    real = engine_module.VariantAutoscaling.model_validate
+    real = VariantAutoscaling.model_validate
 
     def counting(obj: Any, *args: Any, **kwargs: Any) -> Any:
         parsed.append(obj["metadata"]["generation"])
         return real(obj, *args, **kwargs)
 
-    monkeypatch.setattr(engine_module.VariantAutoscaling, "model_validate", counting)
+    monkeypatch.setattr(VariantAutoscaling, "model_validate", counting)
     h = Harness()
     va = h.add_va()
     h.load(60.0)

@@ -26,67 +26,41 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from variant_autoscaler.adapters import inventory as inv
-from variant_autoscaler.adapters.events import EventRecorder, EventType
+from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
-from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import (
-    AiohttpTransport,
-    InvalidError,
     KubeClient,
     NotFoundError,
-    ScaleTarget,
     hpa_targets,
     selector_matches,
     target_from_deployment,
     target_from_scale,
-    with_max_num_seqs,
 )
-from variant_autoscaler.adapters.prometheus import Collector, Lookup, MetricsSnapshot, PrometheusClient
+from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_main_config
 from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
-from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
-from variant_autoscaler.core import status as st
-from variant_autoscaler.core.decision import (
-    ActuationResult,
-    DecisionInputs,
-    EventSpec,
-    MetricsView,
-    Report,
-    TargetView,
-    VariantDecision,
-    decide,
-    report,
-    report_invalid,
-    unchanged,
+from variant_autoscaler.core.decision import decide, report, report_invalid
+from variant_autoscaler.engine.actuate import Actuator
+from variant_autoscaler.engine.translate import (
+    SpecCache,
+    VariantContext,
+    actuation_mode,
+    decision_inputs,
+    plan_variant,
 )
-from variant_autoscaler.errors import (
-    CollectionError,
-    ConfigError,
-    ConflictError,
-    KubeError,
-    VariantAutoscalerError,
-)
-from variant_autoscaler.planner import (
-    ObservedLoad,
-    OptimizerPlanner,
-    PlannedVariant,
-    Planner,
-    PlanOutcome,
-    PlanRequest,
-    VariantKey,
-    optimizer_config,
-    planned_from_va,
-)
+from variant_autoscaler.errors import CollectionError, ConfigError, KubeError, VariantAutoscalerError
+from variant_autoscaler.planner import Planner, PlanOutcome, PlanRequest, VariantKey, optimizer_config
 from variant_autoscaler.settings import Settings
 
+__all__ = ["CycleReport", "Engine", "LeaderLike", "VariantOutcome"]
+
 logger = logging.getLogger(__name__)
+
 
 # --- per-cycle results ---------------------------------------------------------------------------------
 
@@ -115,23 +89,6 @@ class CycleReport:
     metrics_error: str | None = None
 
 
-@dataclass
-class _Context:
-    """One VariantAutoscaling in one cycle."""
-
-    body: Mapping[str, Any]
-    key: VariantKey
-    va: VariantAutoscaling | None = None
-    invalid: str | None = None
-    target: ScaleTarget | None = None
-    target_error: str | None = None
-    accelerator: str | None = None
-    lookup: Lookup | None = None
-    planned: PlannedVariant | None = None
-    # Patch mode changed the target this cycle (replicas or batch size).
-    patched: bool = False
-
-
 # --- the engine ----------------------------------------------------------------------------------------
 
 
@@ -148,6 +105,8 @@ def _utcnow() -> datetime:
 
 
 class Engine:
+    """Runs the cycles (see the module doc): reads, plans, decides per variant, writes."""
+
     def __init__(
         self,
         settings: Settings,
@@ -187,9 +146,18 @@ class Engine:
         self._leading_since: float | None = None
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
-        # Parsed specs of the last cycle and of this one (a cycle drops what it no longer sees).
-        self._parsed: dict[tuple[Any, ...], VariantAutoscaling | str] = {}
-        self._parsed_seen: dict[tuple[Any, ...], VariantAutoscaling | str] = {}
+        self.specs = SpecCache()
+        self.actuator = Actuator(
+            settings,
+            kube=kube,
+            exporter=exporter,
+            events=events,
+            leading=self._leading,
+            trigger=self.trigger,
+        )
+
+    def _leading(self) -> bool:
+        return self.leader.is_leader()  # looked up each time: the leader may be replaced (tests do)
 
     # --- triggers ---------------------------------------------------------------------------------
 
@@ -343,8 +311,7 @@ class Engine:
         return out[0], out[1], out[2]
 
     async def run_cycle(self) -> CycleReport:
-        self._parsed_seen = self._parsed
-        self._parsed = {}
+        self.specs.new_cycle()
         started_wall = self._clock()
         started = time.monotonic()
         queries_before = self._collector.client.queries_issued if self._collector else 0
@@ -363,7 +330,7 @@ class Engine:
         cfg = self._config
 
         # 2. The variants, from the index.
-        contexts = [self._parse(body) for body in self._vas()]
+        contexts = [self.specs.context(body) for body in self._vas()]
         contexts = [c for c in contexts if not (c.body.get("metadata") or {}).get("deletionTimestamp")]
 
         # 3. Scale targets, the HPAs that might own them, and the metrics (one fixed query set for
@@ -379,13 +346,13 @@ class Engine:
 
         # 4. Plan.
         for ctx in contexts:
-            self._prepare(ctx, snapshot, cfg)
+            plan_variant(ctx, snapshot, cfg)
         outcome = await self._plan(contexts, costs, classes, cfg, config_error)
 
         # 5. Policy, actuation, status and Events, per variant.
         self._gauges = []
 
-        async def one(ctx: _Context) -> VariantOutcome:
+        async def one(ctx: VariantContext) -> VariantOutcome:
             async with self._semaphore:
                 return await self._reconcile(
                     ctx,
@@ -450,46 +417,7 @@ class Engine:
     def _missing(self, name: str) -> str:
         return f"ConfigMap {self.settings.operator_namespace}/{name} not found"
 
-    def _parse(self, body: Mapping[str, Any]) -> _Context:
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-        ctx = _Context(body=body, key=key)
-        # The parsed spec depends on the spec and the labels only (not on the status we write each
-        # cycle), so it is cached by generation and labels.
-        fingerprint = (
-            meta.get("uid"),
-            key,
-            meta.get("generation"),
-            tuple(sorted((meta.get("labels") or {}).items())),
-        )
-        cached = self._parsed_seen.get(fingerprint)
-        if cached is None:
-            try:
-                parsed = VariantAutoscaling.model_validate({k: v for k, v in body.items() if k != "status"})
-                for profile in parsed.spec.model_profile.accelerators:
-                    profile.perf_parms.validate_numbers()
-                cached = parsed
-            except (ValidationError, ValueError) as exc:
-                cached = _short_validation(exc)
-        self._parsed[fingerprint] = cached  # kept for the next cycle, hit or miss
-        if isinstance(cached, str):
-            ctx.invalid = cached
-            return ctx
-        va = cached
-        ctx.va = va
-        ctx.accelerator = va.accelerator_label
-        if ctx.accelerator is None and len(va.spec.model_profile.accelerators) == 1:
-            ctx.accelerator = va.spec.model_profile.accelerators[0].acc
-        if ctx.accelerator is None:
-            ctx.invalid = (
-                "the label inference.optimization/acceleratorName is missing and the profile lists more than "
-                "one accelerator: set the label to the accelerator the workload runs on"
-            )
-        elif va.spec.profile_for(ctx.accelerator) is None:
-            ctx.invalid = f"the accelerator {ctx.accelerator!r} (label) has no entry in spec.modelProfile"
-        return ctx
-
-    async def _read_targets(self, contexts: Sequence[_Context]) -> None:
+    async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
         wanted = [c for c in contexts if c.va is not None]
         deployments: dict[tuple[str, str], Mapping[str, Any]] = {}
         namespaces = sorted(
@@ -515,7 +443,7 @@ class Engine:
                 meta = dep.get("metadata") or {}
                 deployments[(str(meta.get("namespace")), str(meta.get("name")))] = dep
 
-        async def other(ctx: _Context) -> None:
+        async def other(ctx: VariantContext) -> None:
             assert ctx.va is not None
             ref = ctx.va.target
             assert ref.api_version is not None and ref.kind is not None
@@ -546,10 +474,10 @@ class Engine:
         await asyncio.gather(*others)
 
     async def _read_hpas(
-        self, contexts: Sequence[_Context], cfg: MainConfig
+        self, contexts: Sequence[VariantContext], cfg: MainConfig
     ) -> dict[tuple[str, str, str], str]:
         namespaces = sorted(
-            {c.key[0] for c in contexts if c.va is not None and self._mode(c.va, cfg) == "patch"}
+            {c.key[0] for c in contexts if c.va is not None and actuation_mode(c.va, cfg) == "patch"}
         )
         if not namespaces:
             return {}
@@ -572,39 +500,9 @@ class Engine:
             }
         return hpa_targets(listed)
 
-    @staticmethod
-    def _mode(va: VariantAutoscaling, cfg: MainConfig) -> ActuationMode:
-        if va.spec.actuation is not None and va.spec.actuation.mode is not None:
-            return va.spec.actuation.mode
-        return cfg.default_actuation_mode
-
-    def _prepare(self, ctx: _Context, snapshot: MetricsSnapshot | None, cfg: MainConfig) -> None:
-        if ctx.va is None or ctx.invalid or ctx.target is None or ctx.accelerator is None:
-            return
-        ctx.lookup = snapshot.lookup(ctx.va.spec.model_id, ctx.key[0]) if snapshot is not None else None
-        metrics = ctx.lookup.metrics if ctx.lookup is not None and ctx.lookup.state == "ok" else None
-        # Without fresh metrics the variant is held: not re-planned, but its GPUs count.
-        load = (
-            ObservedLoad(metrics.arrival_rate * 60.0, metrics.avg_input_tokens, metrics.avg_output_tokens)
-            if metrics is not None
-            else None
-        )
-        try:
-            ctx.planned = planned_from_va(
-                ctx.va,
-                namespace=ctx.key[0],
-                accelerator=ctx.accelerator,
-                current_replicas=ctx.target.spec_replicas,
-                current_max_batch=ctx.target.max_num_seqs,
-                load=load,
-                config=cfg,
-            )
-        except ConfigError as exc:
-            ctx.invalid = f"invalid spec: {exc}"
-
     async def _plan(
         self,
-        contexts: Sequence[_Context],
+        contexts: Sequence[VariantContext],
         costs: Mapping[str, str] | None,
         classes: Mapping[str, str] | None,
         cfg: MainConfig,
@@ -654,7 +552,7 @@ class Engine:
         self.exporter.set_optimizer_status(outcome.status)
         return outcome
 
-    async def _capacity(self, contexts: Sequence[_Context]) -> dict[str, int]:
+    async def _capacity(self, contexts: Sequence[VariantContext]) -> dict[str, int]:
         selectors = [
             (c.key[0], c.target.selector) for c in contexts if c.target is not None and c.target.selector
         ]
@@ -674,7 +572,7 @@ class Engine:
 
     async def _reconcile(
         self,
-        ctx: _Context,
+        ctx: VariantContext,
         *,
         outcome: PlanOutcome,
         cfg: MainConfig,
@@ -703,7 +601,7 @@ class Engine:
 
     async def _reconcile_one(
         self,
-        ctx: _Context,
+        ctx: VariantContext,
         *,
         outcome: PlanOutcome,
         cfg: MainConfig,
@@ -724,14 +622,14 @@ class Engine:
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)
-            await self._post_all(ctx, invalid.events, now)
-            written = await self._write_status(ctx, invalid)
+            await self.actuator.post_all(ctx, invalid.events, now)
+            written = await self.actuator.write_status(ctx, invalid)
             return VariantOutcome(key=ctx.key, written=written, error=message)
 
         decision = decide(inputs)
-        result = None if decision.settled is not None else await self._actuate(ctx, decision)
+        result = None if decision.settled is not None else await self.actuator.actuate(ctx, decision)
         rep = report(decision, result)
-        await self._post_all(ctx, rep.events, now)
+        await self.actuator.post_all(ctx, rep.events, now)
         if rep.gauges is not None:
             self._gauges.append(VariantGauges(**asdict(rep.gauges)))
         mode = inputs.mode
@@ -740,405 +638,10 @@ class Engine:
             return VariantOutcome(
                 key=ctx.key, written=False, decision=decision.policy.replicas, mode=mode, unchanged=True
             )
-        written = await self._write_status(ctx, rep)
+        written = await self.actuator.write_status(ctx, rep)
         # Ownership as in WVA: the VA is garbage-collected with its Deployment. (After the status write,
         # whose resourceVersion precondition this metadata change would otherwise break.)
         target = ctx.target
         if target is not None and target.uid and target.kind == "Deployment":
-            await self._ensure_owner(ctx, target)
+            await self.actuator.ensure_owner(ctx, target)
         return VariantOutcome(key=ctx.key, written=written, decision=decision.policy.replicas, mode=mode)
-
-    async def _actuate(self, ctx: _Context, decision: VariantDecision) -> ActuationResult:
-        """Patch mode: set what the decision asks of the target, on the version this cycle read."""
-        target = ctx.target
-        assert target is not None
-        done: list[str] = []
-        failed: st.Condition | None = None
-        try:
-            if decision.scale_to is not None:
-                moved = await self._patch_replicas(target, decision.scale_to)
-                if moved is not None:
-                    return ActuationResult(
-                        applied=False,
-                        condition=self._target_changed(
-                            target,
-                            f"not patching {target.kind}/{target.name}: its replicas changed from "
-                            f"{target.spec_replicas} to {moved} after this cycle read them (another "
-                            "controller or a person); deciding again on the new count",
-                        ),
-                    )
-                direction = "up" if decision.scale_to > target.spec_replicas else "down"
-                self.exporter.scalings.labels(
-                    variant_name=ctx.key[1], namespace=ctx.key[0], direction=direction, reason="optimizer"
-                ).inc()
-                done.append(
-                    f"scaled {target.kind}/{target.name} from {target.spec_replicas} to {decision.scale_to}"
-                )
-            if decision.batch_to is not None:
-                failed = await self._patch_max_batch(target, decision.batch_to)
-                if failed is None:
-                    done.append(f"set --max-num-seqs {decision.batch_to} (was {target.max_num_seqs})")
-        except KubeError as exc:
-            failed = st.Condition(st.ACTUATED, "False", st.REASON_SCALE_FAILED, str(exc))
-        said = "; ".join(done)
-        if failed is not None:
-            # What was done before the failure stays said.
-            message = f"{said}; then: {failed.message}" if said else failed.message
-            return ActuationResult(
-                applied=False, condition=replace(failed, message=message), done=tuple(done)
-            )
-        if done:
-            return ActuationResult(
-                applied=True,
-                condition=st.Condition(st.ACTUATED, "True", st.REASON_SCALED, said),
-                done=tuple(done),
-            )
-        return unchanged(decision)
-
-    async def _patch_max_batch(self, target: ScaleTarget, max_batch: int) -> st.Condition | None:
-        """Set the serving container's ``--max-num-seqs``, on the args this cycle read; None once done.
-
-        The JSON patch tests the args first, so it never overwrites args changed since the read (the
-        API server answers 422, which says nothing more): the object is read again to tell that case,
-        reported as ``TargetChanged``, from a real rejection, which is raised.
-        """
-        path = f"/spec/template/spec/containers/{target.container_index}/{target.args_field}"
-        old = list(target.container_args or ())
-        ops: list[dict[str, Any]] = [{"op": "test", "path": path, "value": old}] if old else []
-        ops.append(
-            {"op": "replace" if old else "add", "path": path, "value": with_max_num_seqs(old, max_batch)}
-        )
-        try:
-            await self.kube.json_patch(target.api_version, target.kind, target.namespace, target.name, ops)
-            return None
-        except InvalidError:
-            fresh = await self.kube.get_object(target.api_version, target.kind, target.namespace, target.name)
-            if target_from_deployment(fresh).container_args == target.container_args:
-                raise
-        return self._target_changed(
-            target,
-            f"not setting --max-num-seqs on {target.kind}/{target.name}: its container's "
-            f"{target.args_field} changed after this cycle read them; deciding again on the new ones",
-        )
-
-    def _target_changed(self, target: ScaleTarget, message: str) -> st.Condition:
-        """Someone changed the target after this cycle read it: nothing was overwritten, and the next
-        cycle, soon, decides on what is there now."""
-        self.trigger(f"{target.kind} {target.namespace}/{target.name} changed")
-        return st.Condition(st.ACTUATED, "False", st.REASON_TARGET_CHANGED, message)
-
-    async def _patch_replicas(self, target: ScaleTarget, replicas: int) -> int | None:
-        """Set the target's replicas, on the version this cycle read; None once done.
-
-        The patch carries the target's resourceVersion, so it never lands on a target that changed
-        since it was read: neither on a ``kubectl scale`` or another controller's change, nor, from a
-        process whose Lease expired while its patch hung, on the new leader's. After a 409 the scale is
-        read again: if only the status moved on (pods starting), the patch is retried on the new
-        version; if the replicas changed, nothing is patched and their new count is returned.
-        """
-        version = target.resource_version
-        for attempt in range(self.settings.conflict_retries + 1):
-            try:
-                await self.kube.patch_scale(
-                    target.api_version,
-                    target.kind,
-                    target.namespace,
-                    target.name,
-                    replicas,
-                    resource_version=version,
-                )
-                return None
-            except ConflictError:
-                # Retry only while leading: after a lost Lease the 409 may well be the new leader's write.
-                if attempt == self.settings.conflict_retries or not self.leader.is_leader():
-                    raise
-                scale = await self.kube.get_scale(
-                    target.api_version, target.kind, target.namespace, target.name
-                )
-                now = int((scale.get("spec") or {}).get("replicas") or 0)
-                if now != target.spec_replicas:
-                    return now
-                version = (scale.get("metadata") or {}).get("resourceVersion")
-        return None  # pragma: no cover - the loop returns or raises
-
-    async def _ensure_owner(self, ctx: _Context, target: ScaleTarget) -> None:
-        refs = (ctx.body.get("metadata") or {}).get("ownerReferences") or []
-        if any(r.get("controller") for r in refs):
-            return
-        owner = {
-            "apiVersion": target.api_version,
-            "kind": target.kind,
-            "name": target.name,
-            "uid": target.uid,
-            "controller": True,
-            "blockOwnerDeletion": False,
-        }
-        try:
-            await self.kube.patch_va_metadata(ctx.key[0], ctx.key[1], {"ownerReferences": [*refs, owner]})
-        except KubeError as exc:
-            logger.warning("could not set the owner of %s/%s: %s", ctx.key[0], ctx.key[1], exc)
-
-    async def _write_status(self, ctx: _Context, rep: Report) -> bool:
-        """Write the status with the resourceVersion we read; on 409 re-read, rebuild and retry."""
-        meta = ctx.body.get("metadata") or {}
-        version = meta.get("resourceVersion")
-        body: Mapping[str, Any] = rep.status
-        current: Mapping[str, Any] = ctx.body
-        for attempt in range(self.settings.conflict_retries + 1):
-            if not self.leader.is_leader():
-                # Lost the Lease during this variant (a slow scale patch, or a 409 that may be the new
-                # leader's write): write nothing more.
-                return False
-            try:
-                if attempt:
-                    # After a 409: the VA as it is now, and the status rebuilt on it.
-                    current = await self.kube.get_va(ctx.key[0], ctx.key[1])
-                    version = (current.get("metadata") or {}).get("resourceVersion")
-                    body = rep.on(current)
-                # With the object it was read as: a PUT, cheaper for the API server than a patch.
-                await self.kube.patch_va_status(ctx.key[0], ctx.key[1], body, version, current=current)
-                return True
-            except ConflictError:
-                self.exporter.status_conflicts.inc()
-                if attempt == self.settings.conflict_retries:
-                    raise
-            except NotFoundError:
-                return False  # deleted meanwhile
-        return False  # pragma: no cover - the loop returns or raises
-
-    async def _post_all(self, ctx: _Context, events: Sequence[EventSpec], now: datetime) -> None:
-        for event in events:
-            await self._post(ctx, event.reason, event.message, event.type, now, dedupe=event.dedupe)
-
-    async def _post(
-        self, ctx: _Context, reason: str, message: str, type_: EventType, now: datetime, *, dedupe: str
-    ) -> None:
-        if not self.leader.is_leader():
-            # Lost the Lease during this cycle (as _write_status): the new leader reports from now on.
-            return
-        uid = (ctx.body.get("metadata") or {}).get("uid") or ""
-        digest = hashlib.sha256(f"{uid}|{reason}|{dedupe}".encode()).hexdigest()[:20]
-        await self.events.post(
-            ctx.body, reason=reason, message=message, type_=type_, now=now, name_suffix=digest
-        )
-
-
-def _target_view(target: ScaleTarget | None) -> TargetView | None:
-    if target is None:
-        return None
-    return TargetView(
-        kind=target.kind,
-        name=target.name,
-        spec_replicas=target.spec_replicas,
-        ready_replicas=target.ready_replicas,
-        status_replicas=target.status_replicas,
-        max_num_seqs=target.max_num_seqs,
-        controller=target.controller,
-        batch_patchable=target.kind == "Deployment" and target.container_index is not None,
-    )
-
-
-def _metrics_view(lookup: Lookup | None) -> MetricsView | None:
-    if lookup is None:
-        return None
-    m = lookup.metrics
-    if m is None:
-        return MetricsView("missing" if lookup.state == "ok" else lookup.state, lookup.message)
-    return MetricsView(
-        lookup.state,
-        lookup.message,
-        newest_sample=m.newest_sample,
-        arrival_rate=m.arrival_rate,
-        avg_input_tokens=m.avg_input_tokens,
-        avg_output_tokens=m.avg_output_tokens,
-        ttft_ms=m.ttft_ms,
-        itl_ms=m.itl_ms,
-    )
-
-
-def decision_inputs(
-    ctx: _Context,
-    *,
-    outcome: PlanOutcome,
-    cfg: MainConfig,
-    hpas: Mapping[tuple[str, str, str], str],
-    config_error: str | None,
-    metrics_error: str | None,
-    now: datetime,
-) -> DecisionInputs:
-    """What the cycle read of one variant, as the pure decision's inputs."""
-    meta = ctx.body.get("metadata") or {}
-    generation = meta.get("generation")
-    va, target = ctx.va, ctx.target
-    mode = Engine._mode(va, cfg) if va is not None else cfg.default_actuation_mode
-    low, high = (va.spec.min_replicas, va.spec.max_replicas) if va is not None else (None, None)
-    profile = va.spec.profile_for(ctx.accelerator) if va is not None and ctx.accelerator else None
-    stabilization = (
-        float(va.spec.scale_down.stabilization_window_seconds)
-        if va is not None
-        and va.spec.scale_down is not None
-        and va.spec.scale_down.stabilization_window_seconds is not None
-        else cfg.stabilization_for(mode)
-    )
-    return DecisionInputs(
-        now=now,
-        namespace=ctx.key[0],
-        name=ctx.key[1],
-        uid=str(meta.get("uid") or ""),
-        generation=generation if isinstance(generation, int) else None,
-        previous=ctx.body.get("status") or {},
-        mode=mode,
-        min_replicas=low if low is not None else cfg.min_replicas_default,
-        max_replicas=high,
-        stabilization_seconds=stabilization,
-        apply_max_batch=bool(va is not None and va.spec.actuation and va.spec.actuation.apply_max_batch),
-        profile_max_batch=profile.max_batch_size if profile is not None else None,
-        accelerator=ctx.accelerator,
-        target=_target_view(target),
-        target_error=ctx.target_error,
-        hpa_owner=hpas.get((ctx.key[0], target.kind, target.name)) if target is not None else None,
-        metrics=_metrics_view(ctx.lookup),
-        metrics_error=metrics_error,
-        config_error=config_error,
-        plan=outcome.decisions.get(ctx.key),
-        plan_failure=outcome.failures.get(ctx.key),
-        plan_status=outcome.status,
-        unit_cost=outcome.unit_costs.get(ctx.accelerator or "", 0.0),
-        metrics_window_seconds=cfg.metrics_window_seconds,
-        pending_timeout_seconds=cfg.pending_timeout_seconds,
-        batch_stable_cycles=cfg.batch_stable_cycles,
-        status_refresh_seconds=cfg.status_refresh_seconds,
-    )
-
-
-def _short_validation(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors()[:5]:
-            loc = ".".join(str(p) for p in err.get("loc", ()))
-            parts.append(f"{loc}: {err.get('msg')}")
-        return "invalid spec: " + "; ".join(parts)
-    return f"invalid spec: {exc}"
-
-
-__all__ = ["CycleReport", "Engine", "Runtime", "VariantOutcome"]
-
-
-# --- the process runtime -----------------------------------------------------------------------------
-
-
-def va_collection_paths(settings: Settings) -> list[str]:
-    """Where the VariantAutoscalings served live: one collection cluster-wide, or one per namespace."""
-    if settings.clusterwide:
-        return [KubeClient.va_collection(None)]
-    return [KubeClient.va_collection(ns) for ns in settings.namespaces]
-
-
-@dataclass
-class Runtime:
-    """Process-scoped resources: clients, metrics endpoint, leader election, and the engine's tasks."""
-
-    settings: Settings
-    kube: KubeClient
-    exporter: Exporter
-    leader: LeaderLike
-    engine: Engine
-    watch_kube: KubeClient
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @classmethod
-    async def start(
-        cls,
-        settings: Settings,
-        *,
-        nodes: Callable[[], Iterable[inv.NodeGPUs]],
-        planner: Planner | None = None,
-    ) -> Runtime:
-        from variant_autoscaler.adapters.kube import load_credentials
-        from variant_autoscaler.adapters.lease import AlwaysLeader, LeaderElector
-
-        credentials = load_credentials()
-        kube = KubeClient(credentials, timeout=settings.kube_timeout_seconds)
-        # Watches hold a connection each (one per served namespace): their own pool, so they never
-        # take the connections the cycle's requests need.
-        watch_kube = KubeClient(
-            credentials,
-            timeout=settings.kube_timeout_seconds,
-            transport=AiohttpTransport(credentials, timeout=settings.kube_timeout_seconds, limit=0),
-        )
-        leader: LeaderLike
-        if settings.leader_election:
-            leader = LeaderElector(
-                kube,
-                namespace=settings.operator_namespace,
-                name=settings.lease_name,
-                identity=settings.identity,
-                lease_duration=settings.lease_duration_seconds,
-                renew_deadline=settings.renew_deadline_seconds,
-                retry_period=settings.retry_period_seconds,
-            )
-        else:
-            leader = AlwaysLeader()
-        exporter = Exporter(is_active=leader.is_leader)
-        await exporter.start(settings.metrics_host, settings.metrics_port)
-        vas = Informer(watch_kube, va_collection_paths(settings), what="VariantAutoscalings")
-        engine = Engine(
-            settings,
-            kube=kube,
-            exporter=exporter,
-            events=EventRecorder(kube, instance=settings.identity),
-            leader=leader,
-            planner=planner or OptimizerPlanner(),
-            vas=vas.values,
-            nodes=nodes,
-        )
-        vas.on_event = engine.notify_va
-        # The operator namespace's ConfigMaps, watched the same way; only changes matter (the cycle
-        # reads the three it uses afresh).
-        configmaps = Informer(
-            watch_kube,
-            [f"/api/v1/namespaces/{settings.operator_namespace}/configmaps"],
-            what="ConfigMaps",
-            on_event=engine.notify_configmap,
-        )
-        runtime = cls(
-            settings=settings,
-            kube=kube,
-            exporter=exporter,
-            leader=leader,
-            engine=engine,
-            watch_kube=watch_kube,
-        )
-        loop = asyncio.get_running_loop()
-        runtime.tasks = [
-            loop.create_task(leader.run(), name="variant-autoscaler leader election"),
-            loop.create_task(vas.run(), name="variant-autoscaler VariantAutoscaling informer"),
-            loop.create_task(configmaps.run(), name="variant-autoscaler ConfigMap informer"),
-        ]
-        # The first cycle runs at once: let it see every VariantAutoscaling (a cycle on a partial view
-        # would drop the others' gauges). If listing fails, cycles fail and say why until it works.
-        try:
-            async with asyncio.timeout(settings.kube_timeout_seconds):
-                await vas.wait_synced()
-        except TimeoutError:
-            logger.warning("VariantAutoscalings not listed yet: %s", vas.last_error or "no answer")
-        runtime.tasks.append(loop.create_task(engine.run_forever(), name="variant-autoscaler engine"))
-        logger.info(
-            "started: identity %s, %s, metrics on :%s",
-            settings.identity,
-            "cluster-wide" if settings.clusterwide else f"namespaces {', '.join(settings.namespaces)}",
-            exporter.port,
-        )
-        return runtime
-
-    async def stop(self) -> None:
-        """Graceful shutdown: stop the tasks, give up the Lease, close everything."""
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.leader.release()
-        await self.engine.aclose()
-        await self.exporter.stop()
-        await self.kube.aclose()
-        await self.watch_kube.aclose()
-        logger.info("stopped")
