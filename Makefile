@@ -12,14 +12,14 @@ PYTEST_ARGS ?=
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml requirements.lock
+$(VENV)/.installed: pyproject.toml hack/pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --constraint requirements.lock -e '.[dev]'
+	$(PY) -m pip install --quiet --constraint requirements.lock -e '.[dev]' -e hack
 	@touch $@
 
 .PHONY: install
-install: $(VENV)/.installed ## Create ./.venv with the project and its dev tools, at the versions in requirements.lock.
+install: $(VENV)/.installed ## Create ./.venv: the project, its dev tools (requirements.lock) and hack/'s local cluster, demo and test support.
 
 .PHONY: lock
 lock: ## Re-resolve requirements.lock (and the images' pins) from pyproject.toml; then `make install`.
@@ -27,11 +27,11 @@ lock: ## Re-resolve requirements.lock (and the images' pins) from pyproject.toml
 
 .PHONY: test
 test: install cluster-bins images-deps ## Run every test tier (unit, integration, e2e).
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests --with-e2e $(PYTEST_ARGS)
 
 .PHONY: e2e
 e2e: install cluster-bins ## Run the end-to-end suite only (full local cluster; figures in _out/e2e, docs/e2e.md).
-	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest tests/e2e --with-e2e $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: install ## Run the unit tests only (no processes, no network).
@@ -39,15 +39,15 @@ unit: install ## Run the unit tests only (no processes, no network).
 
 .PHONY: lint
 lint: install shellcheck ## ruff, mypy --strict, the import-layering contracts and shellcheck.
-	$(BIN)/ruff check operator emulator tests bench
-	$(BIN)/ruff format --check operator emulator tests bench
+	$(BIN)/ruff check operator emulator hack tests bench
+	$(BIN)/ruff format --check operator emulator hack tests bench
 	$(BIN)/mypy operator/variant_autoscaler emulator/vllm_emulator
 	$(BIN)/lint-imports
 
 .PHONY: fmt
 fmt: install ## Format the code with ruff.
-	$(BIN)/ruff format operator emulator tests bench
-	$(BIN)/ruff check --fix operator emulator tests bench
+	$(BIN)/ruff format operator emulator hack tests bench
+	$(BIN)/ruff check --fix operator emulator hack tests bench
 
 .PHONY: bench
 bench: install ## Run the benchmarks and rewrite docs/benchmarks.md.
@@ -62,7 +62,7 @@ DEMO_PLOT ?= docs/img/demo.png
 DEMO_ARGS ?=
 .PHONY: demo
 demo: install cluster-bins ## Local cluster, operator, two emulated variants under a load schedule, live; plot to DEMO_PLOT.
-	PYTHONPATH=hack $(PY) -m demo --plot $(DEMO_PLOT) $(DEMO_ARGS)
+	$(PY) -m demo --plot $(DEMO_PLOT) $(DEMO_ARGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches.
@@ -70,7 +70,7 @@ clean: ## Remove the virtualenv and caches.
 
 # ---- local cluster (hack/, docs/local-cluster.md) -------------------------------------------------------
 CLUSTER_PROFILE ?= full
-LOCALCLUSTER := PYTHONPATH=hack $(PY) -m localcluster
+LOCALCLUSTER := $(PY) -m localcluster
 
 .PHONY: cluster-bins
 cluster-bins: ## Install Prometheus (apt); build Kubernetes, kwok, prometheus-adapter, etcd (cached, outside the repo).

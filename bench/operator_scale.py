@@ -45,7 +45,6 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "hack"))
 
 PHASES = (50, 500)
 CYCLES_PER_PHASE = 5
@@ -268,9 +267,7 @@ def _measure(operator: Any, variants: int, servers: dict[str, int]) -> dict[str,
 
 def run() -> str:
     from localcluster import ClusterOptions, LocalCluster
-
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    from operator_harness import OperatorProcess, install, set_main_config
+    from vatesting.harness import OperatorProcess, install, set_main_config
 
     results: list[tuple[str, int, dict[str, Any], tuple[float, float]]] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))

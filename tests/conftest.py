@@ -2,6 +2,10 @@
 
 In CI (``CI=true``) a skipped test fails the run: every tier must really run there, and a missing binary
 or server must fail with a message that says how to get it rather than pass quietly.
+
+The end-to-end tier (the full local cluster under load, many minutes) runs only with ``--with-e2e``, as
+in kopf's own suite: ``make test`` and ``make e2e`` pass it; a bare ``pytest`` deselects it (and says
+so), it never skips it.
 """
 
 from __future__ import annotations
@@ -30,11 +34,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _TIERS = ("unit", "integration", "e2e")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--with-e2e",
+        action="store_true",
+        default=False,
+        help="also run the end-to-end tier (tests/e2e: the full local cluster under load)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test with its tier from its directory (tests/<tier>/...)."""
+    """Mark every test with its tier from its directory (tests/<tier>/...); without ``--with-e2e`` the
+    end-to-end tier is deselected."""
+    e2e: list[pytest.Item] = []
     for item in items:
         parts = item.path.parts
         for tier in _TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+                if tier == "e2e":
+                    e2e.append(item)
                 break
+    if e2e and not config.getoption("--with-e2e"):
+        config.hook.pytest_deselected(items=e2e)
+        items[:] = [item for item in items if item not in e2e]
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"{len(e2e)} end-to-end test(s) deselected: pass --with-e2e to run them")

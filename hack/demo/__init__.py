@@ -1,6 +1,6 @@
 """``make demo``: variant-autoscaler on the local cluster, under a load schedule, live (docs/demo.md).
 
-Run with ``PYTHONPATH=hack .venv/bin/python -m demo``. Modules:
+Run with ``.venv/bin/python -m demo`` (installed by ``make install``). Modules:
 
 * :mod:`demo.run` — the demo itself: cluster, operator, variants, schedule, live table, plot, teardown;
 * :mod:`demo.traffic` — load through a Deployment's serving pods with per-request SLO accounting (also

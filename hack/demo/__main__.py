@@ -1,4 +1,4 @@
-"""``python -m demo`` (with ``PYTHONPATH=hack``): see :mod:`demo.run`."""
+"""``python -m demo``: see :mod:`demo.run`."""
 
 import sys
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from demo.traffic import INSTANCE_LABEL
 from localcluster.gpu import VENDOR_DOMAINS
 from localcluster.names import RUN_LABEL

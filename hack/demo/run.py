@@ -28,13 +28,13 @@ from types import FrameType
 from typing import Any
 
 import yaml
-from localcluster import ClusterOptions, LocalCluster, LocalClusterError, wait_for
-from localcluster.net import free_port
 
 from demo.live import LiveTable, Row
 from demo.manifests import emulator_variant, variant_autoscaling, wva_hpa
 from demo.plot import Sample, plot
 from demo.traffic import LoadDriver, Slo, serving_urls
+from localcluster import ClusterOptions, LocalCluster, LocalClusterError, wait_for
+from localcluster.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

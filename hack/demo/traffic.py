@@ -25,7 +25,6 @@ from typing import Any
 
 from localcluster import LocalCluster
 from localcluster.names import ENDPOINT_ANNOTATION
-
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.loadgen import LoadSpec, RequestRecord, run_load
 

@@ -42,7 +42,7 @@ from localcluster.net import LOOPBACK, free_port, http_ok, ssl_context
 from localcluster.pki import CertificateAuthority, CertPair, write_signing_keypair
 from localcluster.procs import ManagedProcess, Supervisor, wait_until
 from localcluster.prometheus import PrometheusServer
-from localcluster.versions import HACK_DIR, Binaries, read_versions
+from localcluster.versions import Binaries, read_versions
 
 Profile = Literal["api", "full"]
 PROFILES: tuple[Profile, ...] = ("api", "full")
@@ -771,7 +771,6 @@ class LocalCluster:
         prometheus = self._require_prometheus()
         self.podrunner_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HACK_DIR), env.get("PYTHONPATH", "")]))
         # Console scripts of this interpreter's environment (vllm-emulator) are found on PATH.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         argv = [

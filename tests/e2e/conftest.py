@@ -3,7 +3,7 @@
 Every scenario shares the session's ``full`` local cluster (``full_cluster`` from
 ``localcluster.pytest_plugin``) and gets its own namespace, whose pods are gone before the next scenario
 starts (so they hold no GPUs and no CPU). The operator is installed with deploy/'s CRD, RBAC and
-ConfigMaps through the integration harness (``tests/integration/operator_harness.py``), with a short cycle
+ConfigMaps through the integration harness (:mod:`vatesting.harness`), with a short cycle
 interval and metrics window.
 
 The measured figures (SLO attainment per scenario and phase, wall times) are written to
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,12 +22,9 @@ from pathlib import Path
 
 import pytest
 
-# The operator harness lives beside the integration tests; the suite reuses it rather than a copy.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from e2e_support import E2EResults, Kube, LoadDriver, Operator, Slo
 from localcluster import LocalCluster, wait_for
-from operator_harness import install
+from vatesting.e2e import E2EResults, Kube, LoadDriver, Operator, Slo
+from vatesting.harness import install
 
 ROOT = Path(__file__).resolve().parents[2]
 _RESULTS = pytest.StashKey[E2EResults]()
@@ -87,7 +83,7 @@ def install_operator(full_cluster: LocalCluster) -> Iterator[Callable[..., Path]
     """``install_operator(**main_configmap_overrides)`` → the ServiceAccount's kubeconfig.
 
     CRD, namespace, RBAC and ConfigMaps from deploy/ (replaced, not merged), the main ConfigMap pointed at
-    the cluster's Prometheus with a 2 s cycle and a 20 s metrics window (operator_harness). Reinstalled
+    the cluster's Prometheus with a 2 s cycle and a 20 s metrics window (vatesting.harness). Reinstalled
     with the plain test settings afterwards, so the next scenario starts from them.
     """
 

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import (
+
+from localcluster import GpuNodeSpec, LocalCluster, wait_for
+from vatesting.e2e import (
     MODEL,
     WVA_A100,
     WVA_G2,
@@ -35,7 +37,6 @@ from e2e_support import (
     valid_status,
     variant_autoscaling,
 )
-from localcluster import GpuNodeSpec, LocalCluster, wait_for
 
 L40S = "NVIDIA-L40S"
 TAINT = ("variant-autoscaler.io/e2e", "scarce")

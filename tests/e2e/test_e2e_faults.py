@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import (
+
+from localcluster import GpuNodeSpec, LocalCluster, wait_for
+from vatesting.e2e import (
     A100,
     HIGH_RPM,
     LOW_RPM,
@@ -36,8 +38,7 @@ from e2e_support import (
     variant_autoscaling,
     wait_va,
 )
-from localcluster import GpuNodeSpec, LocalCluster, wait_for
-from operator_harness import va_manifest
+from vatesting.harness import va_manifest
 
 L40S = "NVIDIA-L40S"
 TAINT = ("variant-autoscaler.io/e2e", "node-loss")

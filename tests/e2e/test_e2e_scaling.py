@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e_support import (
+from localcluster import LocalCluster, wait_for
+from vatesting.e2e import (
     A100,
     HIGH_RPM,
     LOW_RPM,
@@ -38,8 +39,7 @@ from e2e_support import (
     wait_va,
     wva_hpa,
 )
-from localcluster import LocalCluster, wait_for
-from operator_harness import set_main_config, va_manifest
+from vatesting.harness import set_main_config, va_manifest
 
 STEADY_CYCLES = 10
 

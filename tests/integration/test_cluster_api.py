@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from localcluster import ClusterOptions, LocalCluster, read_versions, wait_for
 from localcluster.net import http_get, ssl_context
 from localcluster.procs import PidRecord
@@ -144,8 +144,7 @@ def test_a_crashed_test_process_leaves_nothing_running(tmp_path: Path) -> None:
         time.sleep(600)
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "hack")}
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "started"
@@ -168,14 +167,12 @@ def test_a_crashed_test_process_leaves_nothing_running(tmp_path: Path) -> None:
 
 def test_cli_up_status_down(tmp_path: Path) -> None:
     state_dir = tmp_path / "cli-cluster"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "hack")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "localcluster", *args],
             capture_output=True,
             text=True,
-            env=env,
             timeout=300,
             check=False,
         )
@@ -203,12 +200,10 @@ def test_cli_down_refuses_a_directory_that_is_not_a_cluster(tmp_path: Path) -> N
     keep = tmp_path / "precious"
     keep.mkdir()
     (keep / "data.txt").write_text("keep me", encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "hack")}
     result = subprocess.run(
         [sys.executable, "-m", "localcluster", "down", "--state-dir", str(keep)],
         capture_output=True,
         text=True,
-        env=env,
         timeout=60,
         check=False,
     )

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from localcluster import DEFAULT_GPU_INVENTORY, ClusterOptions, GpuNodeSpec, LocalCluster, wait_for
 from localcluster.procs import proc_start_time
 from localcluster.pytest_plugin import Emulator, emulator_deployment
@@ -168,8 +169,9 @@ def test_prometheus_scrapes_the_emulator_behind_a_pod_with_its_namespace(
 @contextlib.contextmanager
 def _desired_replicas_exporter(cluster: LocalCluster) -> Iterator[Any]:
     """A /metrics endpoint that publishes `inferno_desired_replicas` the way the operator does."""
-    from localcluster.net import free_port
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from localcluster.net import free_port
 
     registry = CollectorRegistry()
     gauge = Gauge(

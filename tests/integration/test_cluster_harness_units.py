@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from localcluster import DEFAULT_GPU_INVENTORY, GpuNodeSpec, parse_inventory, read_versions
 from localcluster.podrunner import expand, model_from_args, override_port, target_labels
 

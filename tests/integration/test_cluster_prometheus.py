@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
 from localcluster import Binaries, PrometheusServer, ScrapeJob, wait_for
 from localcluster.net import free_port, http_get, ssl_context
 from localcluster.pki import CertificateAuthority

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from localcluster import ClusterOptions, LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,19 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from localcluster import LocalCluster, wait_for
 from localcluster.errors import LocalClusterError
-from operator_harness import (
-    OPERATOR_NS,
-    OperatorProcess,
-    conditions,
-    events,
-    get_va,
-    install,
-    running,
-    va_manifest,
-)
-
 from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.informer import Informer
@@ -37,6 +27,16 @@ from variant_autoscaler.engine import Engine
 from variant_autoscaler.errors import ConflictError
 from variant_autoscaler.planner import OptimizerPlanner
 from variant_autoscaler.settings import Settings
+from vatesting.harness import (
+    OPERATOR_NS,
+    OperatorProcess,
+    conditions,
+    events,
+    get_va,
+    install,
+    running,
+    va_manifest,
+)
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"  # discard port: connection refused
 

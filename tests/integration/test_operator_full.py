@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from localcluster import LocalCluster, wait_for
 from localcluster.pytest_plugin import Emulator
-from operator_harness import (
+from vatesting.harness import (
     EMULATOR,
     OPERATOR_NS,
     LoadGenerator,

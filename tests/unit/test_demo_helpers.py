@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from demo.live import LiveTable, Row, format_row
 from demo.run import rate_at
 from demo.traffic import PhaseStats, Slo
-
 from vllm_emulator.loadgen import RequestRecord
 
 SLO = Slo(ttft_ms=500, itl_ms=24)

@@ -9,12 +9,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from engine_fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.core import status as st
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
+from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
 
 def _schema() -> dict[str, Any]:

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
-from engine_fakes import Harness
 
 from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.cli import main
 from variant_autoscaler.planner import OptimizerPlanner, PlanOutcome, PlanRequest
 from variant_autoscaler.sim.optimizing import NAMESPACE, ModelLoad, ours_policy
 from variant_autoscaler.sim.scenarios import load_bundled
+from vatesting.fakes import Harness
 
 pytestmark = pytest.mark.unit
 

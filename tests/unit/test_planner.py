@@ -7,7 +7,6 @@ import copy
 from typing import Any
 
 import pytest
-from engine_fakes import NS, VA, Harness, load_yaml
 
 from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.api.config import MainConfig, parse_main_config
@@ -23,6 +22,7 @@ from variant_autoscaler.planner import (
     planned_from_va,
     resolve_service_class,
 )
+from vatesting.fakes import NS, VA, Harness, load_yaml
 
 CLASSES: dict[str, str] = load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"]
 COSTS: dict[str, str] = load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"]

@@ -6,7 +6,8 @@ import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
 from variant_autoscaler.core.candidates import Candidate, CandidateSet, batch_sizes, build_candidates
-from variant_autoscaler.core.model import AcceleratorType, Profile, ServiceParms, ServiceTarget, VariantInput
+from variant_autoscaler.core.model import AcceleratorType, ServiceParms, ServiceTarget, VariantInput
+from vatesting.profiles import profile
 
 E2E = {
     "A100": ServiceParms(20.58, 0.41, 20.58, 0.041),
@@ -21,7 +22,9 @@ ACCS = {
 
 
 def e2e_variant(**kwargs: object) -> VariantInput:
-    profiles = tuple(Profile(acc, 2 if acc == "MI300X" else 1, 16, parms) for acc, parms in E2E.items())
+    profiles = tuple(
+        profile(acc, batch=16, count=2 if acc == "MI300X" else 1, parms=parms) for acc, parms in E2E.items()
+    )
     fields: dict[str, object] = {
         "service": ServiceTarget("Premium", 1, SLO(ttft=500, itl=24)),
         "profiles": profiles,

@@ -20,6 +20,7 @@ from variant_autoscaler.core.model import (
 from variant_autoscaler.core.optimizer import optimize
 from variant_autoscaler.core.penalty import current_cost, transition_penalty
 from variant_autoscaler.errors import ConfigError, InfeasibleError
+from vatesting.profiles import profile
 
 PARMS = ServiceParms(alpha=1.0, beta=0.1, gamma=1.0, delta=0.01)
 PREMIUM = ServiceTarget("Premium", 1, SLO(ttft=500, itl=24))
@@ -69,7 +70,10 @@ class TableSizer:
 def variant(
     name: str = "v",
     *,
-    profiles: tuple[Profile, ...] = (Profile("A100", 1, 4, PARMS), Profile("G2", 1, 4, PARMS)),
+    profiles: tuple[Profile, ...] = (
+        profile("A100", batch=4, parms=PARMS),
+        profile("G2", batch=4, parms=PARMS),
+    ),
     load: Load | None = DEFAULT_LOAD,
     **kwargs: object,
 ) -> VariantInput:
@@ -115,7 +119,7 @@ def test_wva_three_va_case_gives_43_replicas_each() -> None:
             "default",
             "meta/llama0-70b",
             target,
-            (Profile("A100", 1, 4, parms),),
+            (profile("A100", batch=4, parms=parms),),
             Load(1200.0, 20, 200),
             current_accelerator="A100",
             current_replicas=1,
@@ -143,7 +147,7 @@ def test_wva_three_va_case_without_load_gives_min_replicas() -> None:
         "default",
         "meta/llama0-70b",
         target,
-        (Profile("A100", 1, 4, parms),),
+        (profile("A100", batch=4, parms=parms),),
         Load(0.0, 20, 200),
         current_accelerator="A100",
         current_replicas=5,
@@ -185,7 +189,7 @@ def test_lowest_cost_plus_transition_penalty_wins(current: str | None, replicas:
 
 
 def test_current_cost_ignores_acc_count_as_wva_does() -> None:
-    profiles = (Profile("A100", 2, 4, PARMS),)
+    profiles = (profile("A100", batch=4, count=2, parms=PARMS),)
     v = variant(profiles=profiles, current_accelerator="A100", current_replicas=2)
     assert current_cost(v, ACCS) == 80.0
     sizer = TableSizer({("A100", 4): 0.5})
@@ -206,7 +210,7 @@ def test_zero_load_with_min_replicas_uses_the_profile_batch_and_acc_count() -> N
     # pkg/core/allocation_test.go zeroLoadAllocation: minReplicas 2, batch 16, unit cost 100 → cost 200
     accs = {"gpu": AcceleratorType("gpu", "dev", 100.0)}
     v = VariantInput(
-        "v", "ns", "m", PREMIUM, (Profile("gpu", 1, 16, PARMS),), Load(0.0, 100, 200), min_replicas=2
+        "v", "ns", "m", PREMIUM, (profile("gpu", batch=16, parms=PARMS),), Load(0.0, 100, 200), min_replicas=2
     )
     (decision,) = optimize([v], accs, FIXED).decisions.values()
     assert (decision.accelerator, decision.replicas, decision.max_batch, decision.cost) == (
@@ -218,7 +222,13 @@ def test_zero_load_with_min_replicas_uses_the_profile_batch_and_acc_count() -> N
     # server max batch 8, cost 50, accCount 2, one replica: batch 8, cost 100
     accs = {"gpu": AcceleratorType("gpu", "dev", 50.0)}
     v = VariantInput(
-        "v", "ns", "m", PREMIUM, (Profile("gpu", 2, 16, PARMS),), Load(0.0, 100, 200), max_batch_size=8
+        "v",
+        "ns",
+        "m",
+        PREMIUM,
+        (profile("gpu", batch=16, count=2, parms=PARMS),),
+        Load(0.0, 100, 200),
+        max_batch_size=8,
     )
     (decision,) = optimize([v], accs, FIXED).decisions.values()
     assert (decision.replicas, decision.max_batch, decision.cost) == (1, 8, 100.0)
@@ -251,7 +261,7 @@ def test_infeasible_accelerators_are_named_in_the_reason_of_the_chosen_one() -> 
 
 
 def test_accelerator_missing_from_costs_is_rejected() -> None:
-    profiles = (Profile("A100", 1, 4, PARMS), Profile("H100", 1, 4, PARMS))
+    profiles = (profile("A100", batch=4, parms=PARMS), profile("H100", batch=4, parms=PARMS))
     sizer = TableSizer({("A100", 4): 1.0})
     (decision,) = optimize([variant(profiles=profiles)], ACCS, FIXED, sizer=sizer).decisions.values()
     assert decision.accelerator == "A100"
@@ -260,7 +270,7 @@ def test_accelerator_missing_from_costs_is_rejected() -> None:
 
 def test_max_replicas_caps_and_reports_partial_service() -> None:
     sizer = TableSizer({("A100", 4): 1.0})
-    v = variant(profiles=(Profile("A100", 1, 4, PARMS),), load=Load(300.0, 10, 10), max_replicas=3)
+    v = variant(profiles=(profile("A100", batch=4, parms=PARMS),), load=Load(300.0, 10, 10), max_replicas=3)
     (decision,) = optimize([v], ACCS, FIXED, sizer=sizer).decisions.values()
     assert (decision.replicas, decision.outcome) == (3, Outcome.PARTIAL)
     assert decision.served_fraction == pytest.approx(0.6)
@@ -269,7 +279,7 @@ def test_max_replicas_caps_and_reports_partial_service() -> None:
 
 def test_smaller_batch_is_chosen_when_it_needs_fewer_replicas() -> None:
     sizer = TableSizer({("A100", 8): 0.5, ("A100", 4): 1.0, ("A100", 2): 0.7, ("A100", 1): 0.4})
-    v = variant(profiles=(Profile("A100", 1, 8, PARMS),), load=Load(120.0, 10, 10))
+    v = variant(profiles=(profile("A100", batch=8, parms=PARMS),), load=Load(120.0, 10, 10))
     plan = optimize([v], ACCS, OptimizerConfig(batch_sizes=4), sizer=sizer)
     (decision,) = plan.decisions.values()
     assert (decision.max_batch, decision.replicas) == (4, 2)
@@ -310,7 +320,7 @@ def test_shared_load_splits_a_model_across_its_variants_within_the_slo() -> None
             "ns",
             "default/default",
             slo,
-            (Profile(acc, 1, 4, parms),),
+            (profile(acc, batch=4, parms=parms),),
             Load(150.0, 100, 128),
             current_accelerator=acc,
             current_replicas=1,

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from sim_helpers import fake_factory
 
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
@@ -26,7 +25,6 @@ from variant_autoscaler.sim.scenario import (
     Accelerator,
     ModelSpec,
     NodePool,
-    Profile,
     Scenario,
     ServiceClass,
     SimSettings,
@@ -34,6 +32,8 @@ from variant_autoscaler.sim.scenario import (
 )
 from variant_autoscaler.sim.simulator import simulate
 from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic
+from vatesting.profiles import parms, sim_profile
+from vatesting.sim import fake_factory
 
 
 class OnePerRps:
@@ -67,8 +67,8 @@ class OnePerRps:
         return PlanOutcome(status="ok", solve_seconds=0.0, decisions=decisions)
 
 
-PROF_A = Profile("A100", 1, 8, 10.0, 0.1, 10.0, 0.01)
-PROF_H = Profile("H100", 1, 8, 5.0, 0.05, 5.0, 0.005)
+PROF_A = sim_profile("A100", batch=8, parms=parms(10.0, 0.1, 10.0, 0.01))
+PROF_H = sim_profile("H100", batch=8, parms=parms(5.0, 0.05, 5.0, 0.005))
 
 
 def two_variants(times: list[float], duration: float = 100.0) -> Scenario:

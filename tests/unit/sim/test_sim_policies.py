@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sim_helpers import one_model
 
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.policies import HpaSettings, StaticPolicy, ThresholdPolicy
+from vatesting.sim import one_model
 
 
 def view(**kw: object) -> VariantView:

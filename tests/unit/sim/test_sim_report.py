@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sim_helpers import fake_factory, one_model
 
 from variant_autoscaler.sim.policies import StaticPolicy
 from variant_autoscaler.sim.report import (
@@ -21,6 +20,7 @@ from variant_autoscaler.sim.report import (
     write_report,
 )
 from variant_autoscaler.sim.simulator import DROP_KILLED, DROP_NONE, DROP_TIMEOUT, RunResult, simulate
+from vatesting.sim import fake_factory, one_model
 
 
 def result(ttft: list[float], itl: list[float], dropped: list[int]) -> RunResult:

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
-from sim_helpers import PROFILE, FakeServer, fake_factory, one_model
 
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.observe import Action, Observation, PolicyContext
@@ -20,6 +19,7 @@ from variant_autoscaler.sim.simulator import (
     Simulation,
     simulate,
 )
+from vatesting.sim import PROFILE, FakeServer, fake_factory, one_model
 
 
 class Scripted(Policy):

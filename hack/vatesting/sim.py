@@ -21,6 +21,7 @@ from variant_autoscaler.sim.scenario import (
     Variant,
 )
 from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic
+from vatesting.profiles import parms, sim_profile
 
 
 class FakeServer:
@@ -97,7 +98,7 @@ def fake_factory(
     return make
 
 
-PROFILE = Profile("A100", 1, 8, alpha=10.0, beta=0.1, gamma=10.0, delta=0.01)
+PROFILE = sim_profile("A100", batch=8, parms=parms(10.0, 0.1, 10.0, 0.01))
 
 
 def trace(times: Sequence[float], inp: int = 100, out: int = 11) -> TraceTraffic:

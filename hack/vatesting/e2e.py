@@ -5,7 +5,7 @@
   :class:`~demo.traffic.PhaseStats` is a phase's SLO attainment measured at the load generator.
 * :class:`E2EResults` collects the figures of every scenario and writes them as JSON and Markdown.
 * :class:`Operator` runs ``variant-autoscaler run --all-namespaces`` (the container's command) through the
-  integration harness's :class:`~operator_harness.OperatorProcess`, registered as a Prometheus target
+  integration harness's :class:`~vatesting.harness.OperatorProcess`, registered as a Prometheus target
   the way a ServiceMonitor would.
 
 Every wait polls with a deadline; nothing sleeps blindly.
@@ -24,9 +24,8 @@ from typing import Any
 from demo.manifests import emulator_variant, variant_autoscaling, wva_hpa
 from demo.traffic import INSTANCE_LABEL, LoadDriver, PhaseStats, Slo, serving_urls
 from localcluster import LocalCluster, wait_for
-from operator_harness import OPERATOR_NS, OperatorProcess
-
 from variant_autoscaler.api.v1alpha1 import VariantAutoscalingStatus
+from vatesting.harness import OPERATOR_NS, OperatorProcess
 
 # Re-exported for the scenarios.
 __all__ = ["LoadDriver", "PhaseStats", "Slo", "emulator_variant", "variant_autoscaling", "wva_hpa"]

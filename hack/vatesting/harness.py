@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
 from localcluster import LocalCluster, wait_for
 from localcluster.net import free_port
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
