@@ -19,7 +19,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # (bench/operator.py would shadow the standard library's `operator` for every script in bench/.)
-BENCHMARKS: tuple[str, ...] = ("analyzer", "optimizer", "emulator", "fidelity", "operator_scale", "policies")
+BENCHMARKS: tuple[str, ...] = (
+    "analyzer",
+    "optimizer",
+    "plan_file",
+    "emulator",
+    "fidelity",
+    "operator_scale",
+    "policies",
+)
 
 
 def _load(name: str):  # type: ignore[no-untyped-def]
