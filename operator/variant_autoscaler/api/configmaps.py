@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from variant_autoscaler.api.documents import load_yaml
 from variant_autoscaler.core.model import AcceleratorType, ModelTarget, ServiceClass, normalize_priority
 from variant_autoscaler.errors import ConfigError
 
@@ -151,9 +152,11 @@ def _service_class_doc(where: str, raw: object) -> ServiceClass:
     doc: Any = raw
     if isinstance(raw, str):
         try:
-            doc = yaml.safe_load(raw)
+            doc = load_yaml(raw)
         except yaml.YAMLError as exc:
             raise _Problem(f"{where} is not YAML: {exc}") from None
+        except RecursionError:
+            raise _Problem(f"{where} is nested too deeply to be read") from None
     if not isinstance(doc, Mapping):
         raise _Problem(f"{where} must be a mapping with the fields name, priority and data")
     name = doc.get("name")

@@ -9,14 +9,13 @@ a bundled scenario to start from.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from variant_autoscaler.api.documents import load_document
 from variant_autoscaler.api.v1alpha1 import ModelProfile
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim import traffic as tr
@@ -410,10 +409,4 @@ def load_scenario(path: Path | str) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read scenario {p}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(
-            f"scenario {p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"
-        ) from None
-    return parse_scenario(data, base_dir=p.parent)
+    return parse_scenario(load_document(text, source=f"scenario {p}"), base_dir=p.parent)
