@@ -1,6 +1,7 @@
 """A local Kubernetes control plane built from upstream components, for tests and demos.
 
-See docs/local-cluster.md. Installed by ``make install`` (hack/pyproject.toml); ``python -m localcluster up|down|status``.
+See docs/local-cluster.md. Installed by ``make install`` (hack/pyproject.toml);
+``python -m localcluster up|down|status``.
 """
 
 from localcluster.cluster import CONTROLLERS, PROFILES, ClusterOptions, LocalCluster, Profile, wait_for
