@@ -32,6 +32,13 @@ from dataclasses import dataclass
 
 from variant_autoscaler.core.analyzer import size_allocation
 from variant_autoscaler.core.candidates import Candidate, Sizer
+from variant_autoscaler.core.explain import (
+    current_units,
+    decision_for,
+    device_usage,
+    held_decision,
+    infeasible_decision,
+)
 from variant_autoscaler.core.model import (
     AcceleratorType,
     Decision,
@@ -41,17 +48,8 @@ from variant_autoscaler.core.model import (
     SaturationPolicy,
     VariantInput,
 )
-from variant_autoscaler.core.optimizer import (
-    Prepared,
-    _current_units,
-    _decision,
-    _device_usage,
-    _has_no_load,
-    _held,
-    _infeasible,
-    prepare,
-)
 from variant_autoscaler.core.penalty import current_cost, transition_penalty
+from variant_autoscaler.core.preparation import Prepared, has_no_load, prepare
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
@@ -334,9 +332,11 @@ def plan_greedy(
         if variant.load is None or not prepared.candidates[variant.key].candidates:
             cset = prepared.candidates.get(variant.key)
             decisions[variant.key] = (
-                _held(variant, accelerators) if cset is None else _infeasible(variant, accelerators, cset)
+                held_decision(variant, accelerators)
+                if cset is None
+                else infeasible_decision(variant, accelerators, cset)
             )
-            held = _current_units(variant, accelerators)
+            held = current_units(variant, accelerators)
             if held is not None:
                 reserved[held[0]] = reserved.get(held[0], 0) + held[1]
             continue
@@ -356,9 +356,9 @@ def plan_greedy(
         fallback = next(iter(options[server.key].values()))
         if allocation is None or allocation.candidate.accelerator is None:
             nothing_needed = all(c.accelerator is None for c in server.candidates) or (
-                _has_no_load(variant.load) and variant.min_replicas == 0
+                has_no_load(variant.load) and variant.min_replicas == 0
             )
-            decisions[server.key] = _decision(
+            decisions[server.key] = decision_for(
                 variant,
                 fallback,
                 0,
@@ -373,7 +373,7 @@ def plan_greedy(
         full = served >= lam * (1.0 - 1e-12)
         kind = "best effort" if allocation.best_effort else "allocated"
         decisions[server.key] = dataclasses.replace(
-            _decision(
+            decision_for(
                 variant,
                 option,
                 allocation.replicas,
@@ -393,7 +393,7 @@ def plan_greedy(
         mode="limited",
         status="greedy",
         total_cost=sum(d.cost for d in ordered.values()),
-        usage=_device_usage(ordered, by_key, accelerators),
+        usage=device_usage(ordered, by_key, accelerators),
         capacity=dict(sorted(capacity.items())),
         solve_seconds=solve,
         analyzer_seconds=prepared.analyzer_seconds,

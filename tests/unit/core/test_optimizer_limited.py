@@ -9,7 +9,9 @@ import random
 import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, Sizing
+from variant_autoscaler.core.candidates import build_candidates
 from variant_autoscaler.core.greedy import plan_greedy
+from variant_autoscaler.core.limited import _Assignment, _spread
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -152,9 +154,6 @@ def test_round_robin_keeps_partial_allocations_even() -> None:
 
 
 def test_spreading_moves_replicas_only_without_loss() -> None:
-    from variant_autoscaler.core.candidates import build_candidates
-    from variant_autoscaler.core.optimizer import _Assignment, _spread
-
     vs = {k: variant(k, 180.0) for k in ("a", "b", "c")}
 
     options = {v.key: build_candidates(v, ACCS, batch_count=1, sizer=SIZER).candidates for v in vs.values()}
