@@ -21,7 +21,6 @@ from dataclasses import replace
 from typing import NamedTuple, ParamSpec, TypeVar
 
 from variant_autoscaler.core.analyzer import SLO, Load
-from variant_autoscaler.core.greedy import plan_greedy
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -33,6 +32,7 @@ from variant_autoscaler.core.model import (
     VariantInput,
 )
 from variant_autoscaler.core.optimizer import optimize, prepare, served_by_priority
+from variant_autoscaler.sim.wva_greedy import plan_greedy
 
 COMMAND = "python bench/run_all.py --only optimizer"
 P = ParamSpec("P")

@@ -10,7 +10,6 @@ import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, Sizing
 from variant_autoscaler.core.candidates import build_candidates
-from variant_autoscaler.core.greedy import plan_greedy
 from variant_autoscaler.core.limited import _Assignment, _spread
 from variant_autoscaler.core.model import (
     AcceleratorType,
@@ -26,6 +25,7 @@ from variant_autoscaler.core.model import (
 )
 from variant_autoscaler.core.optimizer import optimize, served_by_priority
 from variant_autoscaler.errors import InfeasibleError
+from variant_autoscaler.sim.wva_greedy import plan_greedy
 
 PARMS = ServiceParms(alpha=1.0, beta=0.1, gamma=1.0, delta=0.01)
 PREMIUM = ServiceTarget("Premium", 1, SLO(ttft=500, itl=24))

@@ -1,6 +1,8 @@
 """WVA's limited-mode greedy solver (wva.md §6.4, Go ``pkg/solver/greedy.go``), as a baseline.
 
-WVA never runs it from its controller; we keep it to measure our MILP against. The algorithm:
+WVA never runs it from its controller, and neither does the operator: it sits with the simulator's
+baselines so that ``bench/optimizer.py`` and the MILP-vs-greedy test can measure our MILP against it. The
+algorithm:
 
 1. one entry per server with candidates: candidates sorted by *value* (the transition penalty),
    ``delta`` = second value − first value (``MaxFloat32`` when there is one candidate), priority from the

@@ -7,15 +7,6 @@ import math
 import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, Sizing
-from variant_autoscaler.core.greedy import (
-    MAX_FLOAT32,
-    GreedyAllocation,
-    GreedyCandidate,
-    GreedyServer,
-    _entries,
-    plan_greedy,
-    solve_greedy,
-)
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -25,6 +16,15 @@ from variant_autoscaler.core.model import (
     ServiceParms,
     ServiceTarget,
     VariantInput,
+)
+from variant_autoscaler.sim.wva_greedy import (
+    MAX_FLOAT32,
+    GreedyAllocation,
+    GreedyCandidate,
+    GreedyServer,
+    _entries,
+    plan_greedy,
+    solve_greedy,
 )
 
 
