@@ -2,14 +2,20 @@
 
 Each sub-command lives in :mod:`variant_autoscaler.commands` as a module exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` (``args -> exit code``).
+
+Bad input never ends in a traceback: a bad flag or value, and any :class:`VariantAutoscalerError` a
+command raises, exit 2 with one line on stderr. Anything else is a bug: one line, exit 1 (the traceback
+with ``VA_TRACEBACK=1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from variant_autoscaler import __version__
 from variant_autoscaler.errors import VariantAutoscalerError
@@ -17,8 +23,19 @@ from variant_autoscaler.errors import VariantAutoscalerError
 COMMANDS: tuple[str, ...] = ("run", "analyze", "plan", "simulate")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (sub-command parsers are of the same class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see --help)\n")
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="variant-autoscaler",
         description="SLO- and cost-aware autoscaler for LLM inference servers on Kubernetes.",
     )
@@ -41,8 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except VariantAutoscalerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("VA_TRACEBACK"):
+            raise
+        print(
+            f"error: unexpected {type(exc).__name__}: {_one_line(exc)} "
+            "(a bug: please report it; VA_TRACEBACK=1 shows where)",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

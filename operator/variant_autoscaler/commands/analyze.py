@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from variant_autoscaler.commands.arguments import number
 from variant_autoscaler.core.queueing import (
     AnalysisMetrics,
     QueueAnalyzer,
@@ -61,11 +62,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     model = parser.add_argument_group(
         "model (decode time α + β·batch, prefill time γ + δ·input tokens·batch)"
     )
-    model.add_argument("--alpha", type=float, metavar="MS", help="decode time base α (ms)")
-    model.add_argument("--beta", type=float, metavar="MS", help="decode time per batched request β (ms)")
-    model.add_argument("--gamma", type=float, metavar="MS", help="prefill time base γ (ms)")
+    model.add_argument("--alpha", type=number(), metavar="MS", help="decode time base α (ms)")
+    model.add_argument("--beta", type=number(), metavar="MS", help="decode time per batched request β (ms)")
+    model.add_argument("--gamma", type=number(), metavar="MS", help="prefill time base γ (ms)")
     model.add_argument(
-        "--delta", type=float, metavar="MS", help="prefill time per input token per request δ (ms)"
+        "--delta", type=number(), metavar="MS", help="prefill time per input token per request δ (ms)"
     )
     model.add_argument("--max-batch-size", type=int, metavar="N", help="maximum batch size of the server")
     model.add_argument(
@@ -75,19 +76,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="maximum queued requests (default: 10 × max batch size)",
     )
     model.add_argument(
-        "--input-tokens", type=float, metavar="TOKENS", help="average input tokens per request"
+        "--input-tokens", type=number(), metavar="TOKENS", help="average input tokens per request"
     )
     model.add_argument(
-        "--output-tokens", type=float, metavar="TOKENS", help="average output tokens per request"
+        "--output-tokens", type=number(), metavar="TOKENS", help="average output tokens per request"
     )
     load = parser.add_argument_group("load and targets (a target of 0 or left out is ignored)")
-    load.add_argument("--rate", type=float, metavar="REQ/S", help="request rate per replica to analyse")
-    load.add_argument("--ttft", type=float, default=0.0, metavar="MS", help="target mean time to first token")
-    load.add_argument("--itl", type=float, default=0.0, metavar="MS", help="target mean inter-token latency")
-    load.add_argument("--tps", type=float, default=0.0, metavar="TOKENS/S", help="target token throughput")
+    load.add_argument(
+        "--rate", type=number(above=True), metavar="REQ/S", help="request rate per replica to analyse"
+    )
+    load.add_argument(
+        "--ttft", type=number(), default=0.0, metavar="MS", help="target mean time to first token"
+    )
+    load.add_argument(
+        "--itl", type=number(), default=0.0, metavar="MS", help="target mean inter-token latency"
+    )
+    load.add_argument("--tps", type=number(), default=0.0, metavar="TOKENS/S", help="target token throughput")
     load.add_argument(
         "--ttft-percentile",
-        type=float,
+        type=number(below=100.0),
         default=0.0,
         metavar="P",
         help="make --ttft bound this percentile of TTFT (e.g. 99) instead of its mean",
@@ -336,9 +343,15 @@ def _size(analyzer: QueueAnalyzer, targets: TargetPerf) -> dict[str, Any]:
 def run_batch(stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     """``analyze --json``: JSON array of cases in, JSON array of results out; 2 if the input is unusable."""
     try:
-        cases = json.load(stdin)
+        cases = json.loads(stdin.read())
     except json.JSONDecodeError as exc:
         stderr.write(f"error: stdin is not valid JSON: {exc}\n")
+        return 2
+    except UnicodeDecodeError:
+        stderr.write("error: stdin is not UTF-8 text\n")
+        return 2
+    except RecursionError:
+        stderr.write("error: stdin is nested too deeply to be read\n")
         return 2
     if not isinstance(cases, list):
         stderr.write("error: stdin must hold a JSON array of cases\n")

@@ -218,9 +218,11 @@ def build_inputs(document: object) -> PlanInputs:
 
 def load_plan_file(path: Path) -> PlanInputs:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text") from None
     return build_inputs(load_document(text, source=str(path)))
 
 
