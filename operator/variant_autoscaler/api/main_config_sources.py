@@ -65,10 +65,13 @@ class MainConfigSources:
     data: Mapping[str, str]
     origin: Mapping[str, str]
     problems: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
 
     @property
     def sources(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.origin.values()))
+        """The sources that set at least one value, weakest first."""
+        used = set(self.origin.values())
+        return tuple(layer for layer in self.layers if layer in used)
 
 
 def _scalar(value: object) -> str | None:
@@ -162,4 +165,4 @@ def merge_main_config(
         for key, value in values.items():
             data[key] = value
             origin[key] = where
-    return MainConfigSources(data, origin, tuple(problems))
+    return MainConfigSources(data, origin, tuple(problems), tuple(where for where, _ in layers))

@@ -118,8 +118,9 @@ REASON_MAX = 4096
 
 def format_decimal(value: float | None) -> str:
     """WVA's ``%.2f`` status strings; NaN, infinities and negatives (never valid here) become 0.00, and
-    absurdly large figures are capped (the schema bounds the string's length)."""
-    if value is None or not math.isfinite(value) or value < 0:
+    absurdly large figures are capped (the schema bounds the string's length). Negative zero too: "-0.00"
+    does not match the schema's pattern."""
+    if value is None or not math.isfinite(value) or value <= 0:
         return "0.00"
     return f"{min(value, DECIMAL_CAP):.2f}"
 
