@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+
 from localcluster import LocalCluster
 from localcluster.errors import LocalClusterError
-
 from variant_autoscaler.api import v1alpha1
-from wva_manifests import GENERATION_NAMES, GENERATIONS, KEDA_CRD, ROOT, generation_objects, vas_with_status
+from vatesting.wva import GENERATION_NAMES, GENERATIONS, KEDA_CRD, ROOT, generation_objects, vas_with_status
 
 
 @pytest.fixture(scope="module")

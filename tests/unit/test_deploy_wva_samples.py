@@ -13,7 +13,7 @@ import yaml
 
 from variant_autoscaler.api import v1alpha1
 from variant_autoscaler.api.annotated import parse_annotated
-from wva_manifests import KEDA_CRD, crd_errors
+from vatesting.wva import KEDA_CRD, crd_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

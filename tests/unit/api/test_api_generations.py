@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from variant_autoscaler.api import v1alpha1
 from variant_autoscaler.api.annotated import parse_annotated
 from variant_autoscaler.core import status as st
-from wva_manifests import (
+from vatesting.wva import (
     GENERATION_NAMES,
     crd_errors,
     crd_schema,

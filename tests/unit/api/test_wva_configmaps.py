@@ -23,7 +23,7 @@ from variant_autoscaler.api.wva_entries import OnceLog
 from variant_autoscaler.core.saturation import V1, V2, V1Params, V2Params
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.settings import Settings
-from wva_manifests import generation_objects
+from vatesting.wva import generation_objects
 
 
 def _configmap(generation: str, name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from variant_autoscaler.api import v1alpha1
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.policy import Recommendation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmd.ai_variantautoscalings.yaml"
 GENERATIONS = ROOT / "tests" / "data" / "wva-generations"
 GENERATION_NAMES = ("2025-10", "v0.4", "v0.5", "v0.6-v0.8", "v0.9")
