@@ -38,6 +38,7 @@ from variant_autoscaler.api.config import (
     IGNORED_MAIN_CONFIG_PREFIXES,
     MAIN_CONFIG_KEYS,
 )
+from variant_autoscaler.api.documents import load_yaml
 
 __all__ = [
     "CONFIG_YAML_KEY",
@@ -94,7 +95,7 @@ def _yaml_mapping(where: str, text: str) -> tuple[Mapping[str, Any], list[str]]:
     if len(text) > _MAX_TEXT:
         return {}, [f"{where} is larger than 1 MiB: ignored"]
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         return {}, [f"{where} is not YAML ({str(exc).splitlines()[0]}): ignored"]
     except RecursionError:
@@ -106,6 +107,20 @@ def _yaml_mapping(where: str, text: str) -> tuple[Mapping[str, Any], list[str]]:
     return doc, []
 
 
+def _settings(where: str, doc: Mapping[str, Any], out: dict[str, str], problems: list[str]) -> None:
+    for key, value in doc.items():
+        text = _scalar(value)
+        if text is not None:
+            out[str(key)] = text
+        elif value is not None:
+            problems.append(f"{where}: {key} must be a single value: ignored")
+
+
+def _keep_known(where: str, out: dict[str, str], problems: list[str]) -> dict[str, str]:
+    problems.extend(f"{where}: unknown key {key!r} (ignored)" for key in out if not _known(key))
+    return {k: v for k, v in out.items() if _known(k)}
+
+
 def flatten_config_data(where: str, data: Mapping[str, object] | None) -> tuple[dict[str, str], list[str]]:
     """One ConfigMap's ``data`` as key → string: ``config.yaml`` unpacked, keys beside it winning."""
     out: dict[str, str] = {}
@@ -113,24 +128,11 @@ def flatten_config_data(where: str, data: Mapping[str, object] | None) -> tuple[
     data = data or {}
     if CONFIG_YAML_KEY in data:
         raw = data[CONFIG_YAML_KEY]
-        doc, problems = _yaml_mapping(f"{where}[{CONFIG_YAML_KEY}]", raw if isinstance(raw, str) else "")
-        for key, value in doc.items():
-            text = _scalar(value)
-            if text is None:
-                if value is not None:
-                    problems.append(f"{where}[{CONFIG_YAML_KEY}]: {key} must be a single value: ignored")
-                continue
-            out[str(key)] = text
-    for key, value in data.items():
-        if key == CONFIG_YAML_KEY:
-            continue
-        text = _scalar(value)
-        if text is not None:
-            out[key] = text
-    for key in out:
-        if not _known(key):
-            problems.append(f"{where}: unknown key {key!r} (ignored)")
-    return {k: v for k, v in out.items() if _known(k)}, problems
+        inner = f"{where}[{CONFIG_YAML_KEY}]"
+        doc, problems = _yaml_mapping(inner, raw if isinstance(raw, str) else "")
+        _settings(inner, doc, out, problems)
+    _settings(where, {k: v for k, v in data.items() if k != CONFIG_YAML_KEY}, out, problems)
+    return _keep_known(where, out, problems), problems
 
 
 def read_config_file(path: str, text: str) -> tuple[dict[str, str], list[str]]:
@@ -138,9 +140,9 @@ def read_config_file(path: str, text: str) -> tuple[dict[str, str], list[str]]:
     doc, problems = _yaml_mapping(path, text)
     if doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), Mapping):
         return flatten_config_data(path, doc["data"])
-    if problems:
-        return {}, problems
-    return flatten_config_data(path, {CONFIG_YAML_KEY: yaml.safe_dump(dict(doc))} if doc else {})
+    out: dict[str, str] = {}
+    _settings(path, doc, out, problems)
+    return _keep_known(path, out, problems), problems
 
 
 def merge_main_config(

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from variant_autoscaler.api.config import parse_duration
+from variant_autoscaler.api.documents import load_yaml
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
@@ -55,7 +56,7 @@ def _document(where: str, raw: object) -> Mapping[str, Any]:
         if len(raw) > _MAX_ENTRY_CHARS:
             raise EntryError(f"{where} is larger than a ConfigMap can hold")
         try:
-            doc = yaml.safe_load(raw)
+            doc = load_yaml(raw)
         except yaml.YAMLError as exc:
             raise EntryError(f"{where} is not YAML: {str(exc).splitlines()[0]}") from None
         except RecursionError:
