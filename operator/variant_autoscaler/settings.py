@@ -7,7 +7,8 @@ may change at runtime live in the main ConfigMap instead (:mod:`variant_autoscal
 
 For drop-in compatibility with WVA's Deployment, the unprefixed ``PROMETHEUS_*`` variables and
 ``WVA_SCALE_TO_ZERO`` are accepted too; :meth:`Settings.config_env` hands them to the ConfigMap parser,
-which applies WVA's precedence rules.
+which applies WVA's precedence rules. So are WVA's later ``CONFIG_MAP_NAME``, ``CONTROLLER_INSTANCE`` and
+``WATCH_NAMESPACE``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from variant_autoscaler.api.config import PROMETHEUS_KEYS
+from variant_autoscaler.api.main_config_sources import MAIN_CONFIG_MAP_NAMES
+from variant_autoscaler.api.queueing_config import QUEUEING_CONFIG_MAP_NAMES
+from variant_autoscaler.api.saturation_config import SATURATION_CONFIG_MAP_NAMES
+from variant_autoscaler.api.scale_to_zero_config import SCALE_TO_ZERO_CONFIG_MAP_NAMES
 
 WVA_NAMESPACE = "workload-variant-autoscaler-system"
 WVA_CONFIG_MAP = "workload-variant-autoscaler-variantautoscaling-config"
@@ -36,17 +41,40 @@ class Settings(BaseSettings):
     # still be given by its name, as `variant-autoscaler run`'s flags do; extra="ignore" would drop it.
     model_config = SettingsConfigDict(env_prefix="WVA_", extra="ignore", frozen=True, populate_by_name=True)
 
-    # Scope: the namespaces whose VariantAutoscalings are served; empty means cluster-wide.
-    namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Scope: the namespaces whose VariantAutoscalings are served; empty means cluster-wide. WVA's
+    # WATCH_NAMESPACE (one namespace) sets it too.
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias=AliasChoices("WVA_NAMESPACES", "WATCH_NAMESPACE")
+    )
+    # Only VAs (and annotated HPAs/ScaledObjects) labelled wva.llmd.ai/controller-instance=<this> are
+    # managed, and their metrics carry controller_instance=<this>; unset: every one (WVA's rule).
+    controller_instance: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        validation_alias=AliasChoices("WVA_CONTROLLER_INSTANCE", "CONTROLLER_INSTANCE"),
+    )
 
     # Where the three ConfigMaps live (WVA hard-codes its namespace; ours is configurable).
     operator_namespace: str = Field(
         default=WVA_NAMESPACE,
         validation_alias=AliasChoices("WVA_OPERATOR_NAMESPACE", "POD_NAMESPACE"),
     )
-    config_map_name: str = WVA_CONFIG_MAP
+    # The main ConfigMap. Unset: every name WVA gave it is read (main_config_sources); set (here or as
+    # WVA's CONFIG_MAP_NAME): only this one.
+    config_map_name: str = Field(
+        default=WVA_CONFIG_MAP, validation_alias=AliasChoices("WVA_CONFIG_MAP_NAME", "CONFIG_MAP_NAME")
+    )
+    # A file of main-config settings (config.yaml's YAML, or a ConfigMap manifest), read at start-up; it
+    # wins over the ConfigMaps and loses to the environment.
+    config_file: str | None = None
     accelerator_costs_config_map: str = "accelerator-unit-costs"
     service_classes_config_map: str = "service-classes-config"
+
+    # The per-variant gauge families for HPAs and KEDA: WVA's first (inferno_*) and later (wva_*) names;
+    # both by default, so that every generation's HPAs, ScaledObjects and dashboards find theirs.
+    emit_inferno_metrics: bool = True
+    emit_wva_metrics: bool = True
 
     # Our metrics endpoint (WVA's inferno_* gauges and the operator's own metrics) and the liveness probe.
     metrics_host: str = "0.0.0.0"  # a pod listens on its pod IP
@@ -116,6 +144,12 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("controller_instance", mode="before")
+    @classmethod
+    def _empty_instance_is_none(cls, value: object) -> object:
+        # WVA treats CONTROLLER_INSTANCE="" as unset.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
@@ -123,6 +157,29 @@ class Settings(BaseSettings):
     @property
     def config_map_names(self) -> tuple[str, str, str]:
         return (self.config_map_name, self.accelerator_costs_config_map, self.service_classes_config_map)
+
+    @property
+    def main_config_map_names(self) -> tuple[str, ...]:
+        """The main ConfigMap's names to read, weakest first: only the one named, when one is."""
+        if "config_map_name" in self.model_fields_set:
+            return (self.config_map_name,)
+        return MAIN_CONFIG_MAP_NAMES
+
+    @property
+    def wva_config_map_names(self) -> tuple[str, ...]:
+        """Every ConfigMap of any WVA generation the operator reads (its namespace): to watch them all."""
+        return tuple(
+            dict.fromkeys(
+                (
+                    *self.main_config_map_names,
+                    self.accelerator_costs_config_map,
+                    self.service_classes_config_map,
+                    *SATURATION_CONFIG_MAP_NAMES,
+                    *SCALE_TO_ZERO_CONFIG_MAP_NAMES,
+                    *QUEUEING_CONFIG_MAP_NAMES,
+                )
+            )
+        )
 
     def config_env(self) -> dict[str, str]:
         """The WVA-compatible overrides, keyed by WVA's names, for :func:`parse_main_config`."""

@@ -8,8 +8,16 @@ private :class:`~prometheus_client.CollectorRegistry`; a small aiohttp server se
 
 ``inferno_desired_replicas``, ``inferno_current_replicas`` and ``inferno_desired_ratio`` keep WVA's names
 and labels (``variant_name``, ``namespace``, ``accelerator_type``), so WVA's prometheus-adapter rule and
-HPA sample work unchanged. They are exported for variants in ``metrics`` actuation mode only, and only
-while this process is the leader: a standby or a shadow-mode variant must not drive an HPA.
+HPA sample work unchanged. WVA v0.5 renamed them ``wva_desired_replicas``, ``wva_current_replicas`` and
+``wva_desired_ratio`` (same labels, plus ``controller_instance`` when the process has one) and added the
+counter ``wva_replica_scaling_total{direction,reason}``: both families are exported, from the same
+values, so every generation's HPAs, ScaledObjects and dashboards find theirs (either can be turned off).
+The gauges are exported for variants in ``metrics`` actuation mode only, and only while this process is
+the leader: a standby or a shadow-mode variant must not drive an HPA.
+
+``wva_replica_scaling_total`` counts the changes of each variant's decision from one cycle's set of
+gauges to the next (``direction`` ``up`` or ``down``, ``reason`` what decided), for every variant whatever
+its mode; its series go with the variant.
 """
 
 from __future__ import annotations
@@ -27,12 +35,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
 
 WVA_LABELS: tuple[str, ...] = ("variant_name", "namespace", "accelerator_type")
+CONTROLLER_INSTANCE_LABEL = "controller_instance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,9 @@ class VariantGauges:
     predicted_itl_ms: float | None = None
     observed_ttft_ms: float | None = None
     observed_itl_ms: float | None = None
+    # What decided (the status reason's analyzer: "optimizer", "saturation-v1", ...), for the reason label
+    # of wva_replica_scaling_total when the decision changes.
+    scaling_reason: str = "optimizer"
 
     @property
     def desired_ratio(self) -> float:
@@ -58,18 +70,50 @@ class VariantGauges:
         return self.desired_replicas / self.current_replicas
 
 
+_ScalingKey = tuple[str, str, str, str, str]  # variant_name, namespace, accelerator_type, direction, reason
+
+
 class DecisionCollector(Collector):
     """Scrape-time series over the latest decisions."""
 
-    def __init__(self, is_active: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        is_active: Callable[[], bool],
+        *,
+        controller_instance: str | None = None,
+        inferno: bool = True,
+        wva: bool = True,
+    ) -> None:
         self._is_active = is_active
         self._variants: tuple[VariantGauges, ...] = ()
         self._rendered: tuple[tuple[VariantGauges, ...], bool, bytes] | None = None
+        self._scalings: dict[_ScalingKey, int] = {}
+        self.configure(controller_instance=controller_instance, inferno=inferno, wva=wva)
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
+    def configure(
+        self, *, controller_instance: str | None = None, inferno: bool = True, wva: bool = True
+    ) -> None:
+        """Which families to export (settings ``emit_inferno_metrics``/``emit_wva_metrics``) and the
+        ``controller_instance`` label of the ``wva_*`` series (setting ``controller_instance``)."""
+        self._instance = controller_instance or None
+        self._inferno = inferno
+        self._wva = wva
+        self._rendered = None
+
     def replace(self, variants: Iterable[VariantGauges]) -> None:
-        self._variants = tuple(variants)
+        new = tuple(variants)
+        before = {(v.namespace, v.variant_name): v.desired_replicas for v in self._variants}
+        present = {(v.namespace, v.variant_name) for v in new}
+        self._scalings = {k: n for k, n in self._scalings.items() if (k[1], k[0]) in present}
+        for v in new:
+            old = before.get((v.namespace, v.variant_name))
+            if old is not None and old != v.desired_replicas:
+                direction = "up" if v.desired_replicas > old else "down"
+                key = (v.variant_name, v.namespace, v.accelerator, direction, v.scaling_reason)
+                self._scalings[key] = self._scalings.get(key, 0) + 1
+        self._variants = new
 
     def render(self) -> bytes:
         """The exposition text of :meth:`collect`, rendered again only when it can have changed."""
@@ -88,20 +132,35 @@ class DecisionCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         return []  # series depend on state; nothing to pre-declare
 
+    def _families(self, prefix: str, labels: Sequence[str]) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily(
+                f"{prefix}_desired_replicas", "Replicas the autoscaler wants for the variant.", labels=labels
+            ),
+            GaugeMetricFamily(
+                f"{prefix}_current_replicas", "Replicas of the variant running now.", labels=labels
+            ),
+            GaugeMetricFamily(
+                f"{prefix}_desired_ratio",
+                "Desired over current replicas (desired when none run).",
+                labels=labels,
+            ),
+        )
+
     def collect(self) -> Iterator[Metric]:
         if not self._is_active():
             return
-        desired = GaugeMetricFamily(
-            "inferno_desired_replicas", "Replicas the autoscaler wants for the variant.", labels=WVA_LABELS
+        extra = [CONTROLLER_INSTANCE_LABEL] if self._instance else []
+        instance = [self._instance] if self._instance else []
+        desired, current, ratio = self._families("inferno", WVA_LABELS)
+        wva_families = self._families("wva", [*WVA_LABELS, *extra])
+        scalings = CounterMetricFamily(
+            "wva_replica_scaling",
+            "Changes of the variant's decision, by direction and by what decided.",
+            labels=[*WVA_LABELS, "direction", "reason", *extra],
         )
-        current = GaugeMetricFamily(
-            "inferno_current_replicas", "Replicas of the variant running now.", labels=WVA_LABELS
-        )
-        ratio = GaugeMetricFamily(
-            "inferno_desired_ratio",
-            "Desired over current replicas (desired when none run).",
-            labels=WVA_LABELS,
-        )
+        for (name, namespace, acc, direction, reason), count in sorted(self._scalings.items()):
+            scalings.add_metric([name, namespace, acc, direction, reason, *instance], count)
         ours = GaugeMetricFamily(
             "variant_autoscaler_desired_replicas",
             "The operator's decision for every variant, whatever its actuation mode.",
@@ -121,9 +180,11 @@ class DecisionCollector(Collector):
             labels = [v.variant_name, v.namespace, v.accelerator]
             ours.add_metric([*labels, v.mode], v.desired_replicas)
             if v.mode == "metrics":
-                desired.add_metric(labels, v.desired_replicas)
-                current.add_metric(labels, v.current_replicas)
-                ratio.add_metric(labels, v.desired_ratio)
+                figures = (float(v.desired_replicas), float(v.current_replicas), v.desired_ratio)
+                for gauge, figure in zip((desired, current, ratio), figures, strict=True):
+                    gauge.add_metric(labels, figure)
+                for gauge, figure in zip(wva_families, figures, strict=True):
+                    gauge.add_metric([*labels, *instance], figure)
             for family, kind, value in (
                 (ttft, "predicted", v.predicted_ttft_ms),
                 (ttft, "observed", v.observed_ttft_ms),
@@ -132,7 +193,11 @@ class DecisionCollector(Collector):
             ):
                 if value is not None:
                     family.add_metric([v.variant_name, v.namespace, kind], value / 1000.0)
-        yield from (desired, current, ratio, ours, ttft, itl)
+        if self._inferno:
+            yield from (desired, current, ratio)
+        if self._wva:
+            yield from (*wva_families, scalings)
+        yield from (ours, ttft, itl)
 
 
 class Exporter:

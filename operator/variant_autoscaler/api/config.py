@@ -24,7 +24,14 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``KEEP_ACCELERATOR``                      ``true`` (default, WVA's): a variant stays on the accelerator
                                           it runs on; ``false`` lets the plan recommend another one
                                           of its profile (reported; actuation cannot move hardware)
+``SATURATION_FLOOR``                      ``true`` (default, WVA's later rule): for a variant with a
+                                          profile, the saturation analyzers are a safety floor under
+                                          the model's decision; ``false``: the model alone
 ========================================  ===========================================================
+
+The main ConfigMap may also hold all of these as YAML under the single key ``config.yaml``, and go by any
+of the names WVA gave it; :mod:`variant_autoscaler.api.main_config_sources` reads those forms and the
+``--config-file``, and says which value wins.
 
 Parsing is pure: :func:`parse_main_config` takes the ConfigMap's ``data`` and the environment overrides
 (read once by :mod:`variant_autoscaler.settings`) and raises :class:`ConfigError` on a bad value.
@@ -60,6 +67,30 @@ PROMETHEUS_KEYS: tuple[str, ...] = (
     "PROMETHEUS_BEARER_TOKEN",
     "PROMETHEUS_TOKEN_PATH",
 )
+
+#: Every key the main ConfigMap may set (a unit test checks that parse_main_config reads no other); keys
+#: outside it are reported once and ignored. WVA's keys it never used are accepted silently.
+MAIN_CONFIG_KEYS: tuple[str, ...] = (
+    *PROMETHEUS_KEYS,
+    "GLOBAL_OPT_INTERVAL",
+    "WVA_SCALE_TO_ZERO",
+    "OPTIMIZER_MODE",
+    "SATURATION_POLICY",
+    "DEFAULT_ACTUATION_MODE",
+    "SCALE_DOWN_STABILIZATION_WINDOW",
+    "METRICS_WINDOW",
+    "METRICS_STALENESS",
+    "QUEUE_DRAIN_TIME",
+    "PENDING_REPLICAS_TIMEOUT",
+    "BATCH_STABLE_CYCLES",
+    "BATCH_SIZES",
+    "KEEP_ACCELERATOR",
+    "STATUS_REFRESH_INTERVAL",
+    "SATURATION_FLOOR",
+)
+#: In WVA's manifests but never read by WVA (or read by a part we do not have): accepted, ignored.
+IGNORED_MAIN_CONFIG_KEYS: tuple[str, ...] = ("GLOBAL_OPT_TRIGGER", "DISABLING_TTFT")
+IGNORED_MAIN_CONFIG_PREFIXES: tuple[str, ...] = ("PROMETHEUS_METRICS_CACHE_",)
 
 _UNITS: dict[str, float] = {
     "ns": 1e-9,
@@ -174,6 +205,7 @@ class MainConfig(BaseModel):
     # 0: every status is written every cycle (WVA's behaviour). Above 0: a status whose decision,
     # conditions and actuation are unchanged is rewritten only this often (for large fleets).
     status_refresh_seconds: float = 0.0
+    saturation_floor: bool = True
 
     @property
     def min_replicas_default(self) -> int:
@@ -248,6 +280,10 @@ def parse_main_config(
     if keep_raw not in ("true", "false"):
         raise ConfigError(f"KEEP_ACCELERATOR={keep_raw!r} must be true or false")
 
+    floor_raw = cm.get("SATURATION_FLOOR", "true").strip().lower()
+    if floor_raw not in ("true", "false"):
+        raise ConfigError(f"SATURATION_FLOOR={floor_raw!r} must be true or false")
+
     stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
     return MainConfig(
         prometheus=prometheus,
@@ -267,4 +303,5 @@ def parse_main_config(
         batch_sizes=batch_sizes,
         keep_accelerator=keep_raw == "true",
         status_refresh_seconds=_duration(cm, "STATUS_REFRESH_INTERVAL", 0.0),
+        saturation_floor=floor_raw == "true",
     )

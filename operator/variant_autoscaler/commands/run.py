@@ -35,8 +35,16 @@ def register(subparsers: Any) -> None:
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="serve every namespace (default)")
     scope.add_argument(
-        "-n", "--namespace", action="append", default=None, metavar="NS", help="serve only NS (repeatable)"
+        "-n",
+        "--namespace",
+        "--watch-namespace",
+        action="append",
+        default=None,
+        metavar="NS",
+        help="serve only NS (repeatable; --watch-namespace is WVA's spelling)",
     )
+    p.add_argument("--config-file", help="main-config settings file (wins over the ConfigMaps)")
+    p.add_argument("--controller-instance", help="manage only objects labelled with this controller instance")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument("--operator-namespace", help="namespace of the ConfigMaps and the leader Lease")
     p.add_argument("--metrics-host", help="address of the metrics endpoint (default 0.0.0.0)")
@@ -72,6 +80,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         ("identity", "identity"),
         ("log_format", "log_format"),
         ("log_level", "log_level"),
+        ("config_file", "config_file"),
+        ("controller_instance", "controller_instance"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -19,10 +19,17 @@ from variant_autoscaler.core.policy import Recommendation
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
-# Condition types: WVA's two, and ours.
+# Condition types: WVA's (MetricsAvailable and OptimizationReady since 2025-10, TargetResolved in the final
+# CRD), and ours.
 METRICS_AVAILABLE = "MetricsAvailable"
 OPTIMIZATION_READY = "OptimizationReady"
+TARGET_RESOLVED = "TargetResolved"
 ACTUATED = "Actuated"
+
+# TargetResolved reasons (WVA's): the scale target exists, or not (the VA does not own its target: it
+# stays, False, until the target is back).
+REASON_TARGET_FOUND = "TargetFound"
+REASON_TARGET_NOT_FOUND = "TargetNotFound"
 
 # MetricsAvailable reasons (WVA's).
 REASON_METRICS_FOUND = "MetricsFound"
@@ -38,7 +45,9 @@ REASON_OPTIMIZATION_FAILED = "OptimizationFailed"
 REASON_METRICS_UNAVAILABLE = "MetricsUnavailable"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_CONFIGURATION_INVALID = "ConfigurationInvalid"
-REASON_TARGET_NOT_FOUND = "TargetNotFound"
+# (WVA's final CRD) spelled differently from ours above; either may be set.
+REASON_INVALID_CONFIGURATION = "InvalidConfiguration"
+REASON_SKIPPED_PROCESSING = "SkippedProcessing"
 
 # Actuated reasons (ours).
 REASON_METRICS_EMITTED = "MetricsEmitted"
@@ -100,11 +109,24 @@ def parse_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+# Bounds the CRD's status schema sets (crds/: int32 counts, 32-character decimals, 4096-character reason):
+# the builders stay within them, so the operator never writes a status its own CRD refuses.
+INT32_MAX = 2**31 - 1
+DECIMAL_CAP = 1e15  # "1000000000000000.00": 19 characters
+REASON_MAX = 4096
+
+
 def format_decimal(value: float | None) -> str:
-    """WVA's ``%.2f`` status strings; NaN, infinities and negatives (never valid here) become 0.00."""
-    if value is None or not math.isfinite(value) or value < 0:
+    """WVA's ``%.2f`` status strings; NaN, infinities and negatives (never valid here) become 0.00, and
+    absurdly large figures are capped (the schema bounds the string's length). Negative zero too: "-0.00"
+    does not match the schema's pattern."""
+    if value is None or not math.isfinite(value) or value <= 0:
         return "0.00"
-    return f"{value:.2f}"
+    return f"{min(value, DECIMAL_CAP):.2f}"
+
+
+def _count(value: int) -> int:
+    return min(max(value, 0), INT32_MAX)
 
 
 def conditions_from_json(raw: object) -> tuple[Condition, ...]:
@@ -262,9 +284,9 @@ class StatusInputs:
 
 def current_alloc_json(view: CurrentView) -> dict[str, Any]:
     return {
-        "accelerator": view.accelerator,
-        "numReplicas": max(view.replicas, 0),
-        "maxBatch": max(view.max_batch, 0),
+        "accelerator": view.accelerator or None,  # unknown (no label, no profile): left out
+        "numReplicas": _count(view.replicas),
+        "maxBatch": _count(view.max_batch),
         "variantCost": format_decimal(view.cost),
         "itlAverage": format_decimal(view.itl_ms),
         "ttftAverage": format_decimal(view.ttft_ms),
@@ -279,10 +301,10 @@ def current_alloc_json(view: CurrentView) -> dict[str, Any]:
 def desired_alloc_json(view: DesiredView) -> dict[str, Any]:
     return {
         "lastRunTime": format_time(view.last_run_time),
-        "accelerator": view.accelerator,
-        "numReplicas": max(view.replicas, 0),
-        "maxBatch": view.max_batch if view.max_batch is not None and view.max_batch >= 0 else None,
-        "reason": view.reason,
+        "accelerator": view.accelerator or None,
+        "numReplicas": _count(view.replicas),
+        "maxBatch": _count(view.max_batch) if view.max_batch is not None and view.max_batch >= 0 else None,
+        "reason": view.reason[:REASON_MAX] if view.reason is not None else None,
         "ttftAverage": format_decimal(view.ttft_ms) if view.ttft_ms is not None else None,
         "itlAverage": format_decimal(view.itl_ms) if view.itl_ms is not None else None,
         "variantCost": format_decimal(view.cost) if view.cost is not None else None,
@@ -301,19 +323,25 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
             "lastScaleTime": (
                 format_time(inp.actuation.last_scale_time) if inp.actuation.last_scale_time else None
             ),
-            "maxBatchStableCycles": inp.actuation.max_batch_stable_cycles,
+            "maxBatchStableCycles": (
+                _count(inp.actuation.max_batch_stable_cycles)
+                if inp.actuation.max_batch_stable_cycles is not None
+                else None
+            ),
         }
     return {
         "currentAlloc": current_alloc_json(inp.current) if inp.current is not None else None,
         "desiredOptimizedAlloc": desired_alloc_json(inp.desired) if inp.desired is not None else None,
         "actuation": actuation,
         "recommendations": [
-            {"time": format_time(r.time), "numReplicas": r.replicas} for r in inp.recommendations
+            {"time": format_time(r.time), "numReplicas": _count(r.replicas)}
+            for r in inp.recommendations[-64:]
         ]
         or None,
         "lastMetricsTime": format_time(inp.last_metrics_time) if inp.last_metrics_time else None,
         "observedGeneration": inp.generation,
-        "conditions": [c.to_json() for c in conditions],
+        # The schema's maxItems: the newest types (updates come last) are kept.
+        "conditions": [c.to_json() for c in conditions[-32:]],
     }
 
 

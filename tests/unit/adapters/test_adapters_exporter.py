@@ -1,4 +1,5 @@
-"""WVA's gauges with WVA's names and labels, scrape-time (no stale series), leader-only, served over HTTP."""
+"""WVA's gauges with WVA's names and labels (inferno_* and, from v0.5, wva_* with the scaling counter),
+scrape-time (no stale series), leader-only, served over HTTP; either family can be turned off."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
+from variant_autoscaler.settings import Settings
 
 
 def _samples(exporter: Exporter) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -94,3 +96,79 @@ async def test_served_on_loopback() -> None:
         )
     finally:
         await exporter.stop()
+
+
+# --- WVA v0.5+'s wva_* family beside inferno_* ---------------------------------------------------------
+
+
+def _labels(name: str, ns: str, acc: str, **extra: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"accelerator_type": acc, "namespace": ns, "variant_name": name, **extra}.items()))
+
+
+def _names(exporter: Exporter) -> set[str]:
+    return {name for name, _ in _samples(exporter)}
+
+
+def test_wva_family_mirrors_inferno_for_metrics_mode_variants() -> None:
+    exporter = Exporter(is_active=lambda: True)
+    exporter.decisions.replace(
+        [
+            VariantGauges("vllme", "llm-d-sim", "A100", "metrics", 5, 2),
+            VariantGauges("patched", "team", "H100", "patch", 4, 4),
+        ]
+    )
+    s = _samples(exporter)
+    for suffix, value in (("desired_replicas", 5), ("current_replicas", 2), ("desired_ratio", 2.5)):
+        assert s[(f"wva_{suffix}", _labels("vllme", "llm-d-sim", "A100"))] == value
+        assert s[(f"inferno_{suffix}", _labels("vllme", "llm-d-sim", "A100"))] == value
+    assert ("wva_desired_replicas", _labels("patched", "team", "H100")) not in s
+
+
+def test_controller_instance_labels_the_wva_family_only() -> None:
+    exporter = Exporter(is_active=lambda: True)
+    exporter.decisions.configure(controller_instance="team-a")
+    exporter.decisions.replace([VariantGauges("v", "ns", "A100", "metrics", 3, 3)])
+    s = _samples(exporter)
+    assert s[("wva_desired_replicas", _labels("v", "ns", "A100", controller_instance="team-a"))] == 3
+    assert s[("inferno_desired_replicas", _labels("v", "ns", "A100"))] == 3  # WVA 2025-10 had no such label
+
+
+def test_scaling_counter_counts_decision_changes_by_direction_and_reason() -> None:
+    exporter = Exporter(is_active=lambda: True)
+    d = exporter.decisions
+    d.replace([VariantGauges("v", "ns", "A100", "metrics", 2, 2)])
+    assert "wva_replica_scaling_total" not in _names(exporter)  # a first decision is not a change
+    d.replace([VariantGauges("v", "ns", "A100", "metrics", 4, 2, scaling_reason="saturation-v1")])
+    d.replace([VariantGauges("v", "ns", "A100", "metrics", 5, 4, scaling_reason="saturation-v1")])
+    d.replace([VariantGauges("v", "ns", "A100", "metrics", 5, 5)])  # unchanged
+    d.replace([VariantGauges("v", "ns", "A100", "metrics", 3, 5)])
+    s = _samples(exporter)
+    up = _labels("v", "ns", "A100", direction="up", reason="saturation-v1")
+    down = _labels("v", "ns", "A100", direction="down", reason="optimizer")
+    assert s[("wva_replica_scaling_total", up)] == 2
+    assert s[("wva_replica_scaling_total", down)] == 1
+    # the series go with the variant
+    d.replace([VariantGauges("other", "ns", "A100", "metrics", 1, 1)])
+    assert "wva_replica_scaling_total" not in _names(exporter)
+
+
+def test_either_family_can_be_turned_off_and_both_are_on_by_default() -> None:
+    settings = Settings()
+    assert settings.emit_inferno_metrics and settings.emit_wva_metrics
+    exporter = Exporter(is_active=lambda: True)
+    exporter.decisions.replace([VariantGauges("v", "ns", "A100", "metrics", 2, 1)])
+    assert {"inferno_desired_replicas", "wva_desired_replicas"} <= _names(exporter)
+    exporter.decisions.configure(inferno=False)
+    names = _names(exporter)
+    assert "wva_desired_replicas" in names and not any(n.startswith("inferno_") for n in names)
+    exporter.decisions.configure(wva=False)
+    names = _names(exporter)
+    assert "inferno_desired_replicas" in names and not any(n.startswith("wva_") for n in names)
+    # our own per-variant gauge stays either way
+    assert "variant_autoscaler_desired_replicas" in names
+
+
+def test_standby_exports_neither_family() -> None:
+    exporter = Exporter(is_active=lambda: False)
+    exporter.decisions.replace([VariantGauges("v", "ns", "A100", "metrics", 2, 1)])
+    assert not any(n.startswith(("wva_", "inferno_desired")) for n in _names(exporter))

@@ -29,6 +29,7 @@ _KEYWORDS = (
     "minItems",
     "maxItems",
     "minProperties",
+    "maxProperties",
 )
 
 
@@ -152,3 +153,28 @@ def test_the_diff_notices_a_difference() -> None:
     problems = _diff(crd_node, model_node)
     assert "/properties/a/minimum: CRD 1 != model 0" in problems
     assert any(p.startswith("/required") for p in problems)
+
+
+def test_the_crds_cel_rules_are_mirrored_by_the_model() -> None:
+    # jsonschema does not run CEL; the API server does (tests/integration/test_wva_generations.py).
+    import pydantic
+
+    spec = _crd_version(_crd())["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    rules += [r["rule"] for r in spec["properties"]["scaleTargetRef"]["x-kubernetes-validations"]]
+    assert len(rules) == 2
+    with pytest.raises(pydantic.ValidationError, match="minReplicas must not exceed maxReplicas"):
+        v1alpha1.VariantAutoscalingSpec.model_validate({"modelID": "m", "minReplicas": 3, "maxReplicas": 2})
+    with pytest.raises(pydantic.ValidationError, match="apiVersion is required"):
+        v1alpha1.ScaleTargetRef.model_validate({"kind": "InferencePool", "name": "p"})
+    for kind in v1alpha1.DEFAULT_API_VERSIONS:
+        assert f"'{kind}'" in rules[1]
+
+
+def test_the_final_crds_printer_columns_are_there_too() -> None:
+    columns = {
+        c["name"]: (c["type"], c["jsonPath"]) for c in _crd_version(_crd())["additionalPrinterColumns"]
+    }
+    assert columns["Target"] == ("string", ".spec.scaleTargetRef.name")
+    assert columns["Min"] == ("integer", ".spec.minReplicas")
+    assert columns["Max"] == ("integer", ".spec.maxReplicas")

@@ -182,3 +182,14 @@ def test_refresh_due_after_the_interval_shortened_by_the_spread() -> None:
     assert not st.refresh_due(stored, T0 + timedelta(seconds=299), 300, 0.0)
     assert st.refresh_due(stored, T0 + timedelta(seconds=300), 300, 0.0)
     assert st.refresh_due(stored, T0 + timedelta(seconds=152), 300, 0.99)  # up to half as long
+
+
+def test_status_figures_and_counts_stay_within_the_crds_bounds() -> None:
+    # "-0.00" fails the schema's pattern; the property test in tests/unit/api found it.
+    assert st.format_decimal(-0.0) == "0.00"
+    assert st.format_decimal(1e300) == "1000000000000000.00"
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    desired = st.desired_alloc_json(st.DesiredView("", 2**40, now, max_batch=2**40, reason="r" * 5000))
+    assert desired["accelerator"] is None  # unknown: left out rather than "" (minLength 1)
+    assert desired["numReplicas"] == desired["maxBatch"] == 2**31 - 1
+    assert len(desired["reason"]) == 4096

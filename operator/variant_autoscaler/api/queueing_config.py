@@ -1,0 +1,113 @@
+"""WVA's ``wva-queueing-model-config`` ConfigMap (v0.6-v0.8): its presence selected the queueing model.
+
+Entries (``default`` and per-model overrides, :mod:`variant_autoscaler.api.wva_entries`):
+``sloMultiplier`` (default 3, must exceed 1: the SLO WVA inferred when none is given allows the iteration
+time to grow k-fold, a target utilisation of 1 - 1/k), ``tuningEnabled`` (default true: learn the
+model's parameters online) and, per model, ``targetTTFT`` and ``targetITL`` in ms (both or neither).
+
+The explicit targets are the SLOs of a VariantAutoscaling that has no service class
+(:meth:`QueueingModelConfig.slo_for`); our queueing model already learns its parameters online, so
+``tuningEnabled`` and ``sloMultiplier`` are read and reported, and the engine decides what to do with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from variant_autoscaler.api.wva_entries import (
+    Entry,
+    EntryError,
+    as_bool,
+    as_float,
+    parse_entries,
+    pick_entries,
+)
+from variant_autoscaler.core.model import ModelTarget
+
+__all__ = [
+    "QUEUEING_CONFIG_MAP_NAMES",
+    "QueueingModelConfig",
+    "QueueingModelSettings",
+    "parse_queueing_config",
+]
+
+QUEUEING_CONFIG_MAP_NAMES: tuple[str, ...] = (
+    "wva-queueing-model-config",
+    "queueing-model-config",
+    "workload-variant-autoscaler-queueing-model-config",
+)
+DEFAULT_SLO_MULTIPLIER = 3.0
+_KEYS = ("sloMultiplier", "tuningEnabled", "targetTTFT", "targetITL")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueingModelSettings:
+    slo_multiplier: float = DEFAULT_SLO_MULTIPLIER
+    tuning_enabled: bool = True
+    target_ttft_ms: float | None = None
+    target_itl_ms: float | None = None
+    source: str = "built-in defaults"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueingModelConfig:
+    """``present``: the ConfigMap exists with a ``default`` entry (what selected the queueing model)."""
+
+    present: bool = False
+    entries: tuple[tuple[Entry, Mapping[str, object]], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def for_model(self, model_id: str, namespace: str) -> QueueingModelSettings:
+        values = {id(e): v for e, v in self.entries}
+        out = QueueingModelSettings()
+        for entry in pick_entries((e for e, _ in self.entries), model_id, namespace):
+            out = replace(out, **values[id(entry)], source=entry.key)  # type: ignore[arg-type]
+        return out
+
+    def slo_for(self, model_id: str, namespace: str) -> ModelTarget | None:
+        """The model's explicit SLOs (ms), for a VA without a service class; None when not given."""
+        s = self.for_model(model_id, namespace)
+        if s.target_ttft_ms is None or s.target_itl_ms is None:
+            return None
+        return ModelTarget(model=model_id, itl=s.target_itl_ms, ttft=s.target_ttft_ms)
+
+
+def _values(where: str, f: Mapping[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if "sloMultiplier" in f:
+        k = as_float(f"{where}.sloMultiplier", f["sloMultiplier"], high=1e3)
+        if k <= 1.0:
+            raise EntryError(f"{where}.sloMultiplier must be greater than 1, got {k:g}")
+        out["slo_multiplier"] = k
+    if "tuningEnabled" in f:
+        out["tuning_enabled"] = as_bool(f"{where}.tuningEnabled", f["tuningEnabled"])
+    has_ttft, has_itl = "targetTTFT" in f, "targetITL" in f
+    if has_ttft != has_itl:
+        raise EntryError(f"{where}: targetTTFT and targetITL go together (both or neither)")
+    if has_ttft:
+        ttft = as_float(f"{where}.targetTTFT", f["targetTTFT"], high=1e7)
+        itl = as_float(f"{where}.targetITL", f["targetITL"], high=1e7)
+        if ttft <= 0 or itl <= 0:
+            raise EntryError(f"{where}: targetTTFT and targetITL must be greater than 0 ms")
+        out["target_ttft_ms"], out["target_itl_ms"] = ttft, itl
+    return out
+
+
+def parse_queueing_config(
+    data: Mapping[str, object] | None, *, name: str = QUEUEING_CONFIG_MAP_NAMES[0]
+) -> QueueingModelConfig:
+    """Parse the ConfigMap's ``data``; None (no ConfigMap) gives ``present=False``."""
+    entries, problems = parse_entries(name, data)
+    parsed: list[tuple[Entry, Mapping[str, object]]] = []
+    for entry in entries:
+        where = f"{name}[{entry.key}]"
+        try:
+            values = _values(where, entry.fields)
+        except EntryError as exc:
+            problems.append(f"{exc} (entry skipped)")
+            continue
+        problems.extend(f"{where}: unknown key {k!r} (ignored)" for k in entry.fields if k not in _KEYS)
+        parsed.append((entry, values))
+    present = data is not None and any(e.model_id is None for e, _ in parsed)
+    return QueueingModelConfig(present, tuple(parsed), tuple(problems))
