@@ -67,24 +67,37 @@ class SLO:
     """Service-level objectives: mean TTFT and ITL in ms, TPS in tokens/s; 0 means none.
 
     ``ttft_percentile`` (ours): 0 bounds the mean TTFT (WVA); in (0, 100) the TTFT target bounds that
-    percentile of TTFT instead (``slo-ttft-percentile`` in a service class).
+    percentile of TTFT instead (``slo-ttft-percentile`` in a service class). ``itl_percentile`` (ours,
+    ``slo-tpot-percentile``) does the same for the per-request mean ITL, and ``attainment`` (ours,
+    ``slo-attainment``, in (0, 100)) asks that share of requests to meet *both* targets. Classes that set
+    none of the three keep WVA's mean meaning; :mod:`variant_autoscaler.core.tail` sizes the others.
     """
 
     ttft: float = 0.0
     itl: float = 0.0
     tps: float = 0.0
     ttft_percentile: float = 0.0
+    itl_percentile: float = 0.0
+    attainment: float = 0.0
+
+    @property
+    def is_tail(self) -> bool:
+        """Whether a target bounds a share of requests rather than a mean."""
+        return self.ttft_percentile > 0 or self.itl_percentile > 0 or self.attainment > 0
 
     def describe(self) -> str:
         """The targets in words, e.g. ``ITL ≤ 24 ms, TTFT p99 ≤ 500 ms``."""
         parts = []
         if self.itl > 0:
-            parts.append(f"ITL ≤ {self.itl:g} ms")
+            which = f" p{self.itl_percentile:g}" if self.itl_percentile > 0 else ""
+            parts.append(f"ITL{which} ≤ {self.itl:g} ms")
         if self.ttft > 0:
             which = f" p{self.ttft_percentile:g}" if self.ttft_percentile > 0 else ""
             parts.append(f"TTFT{which} ≤ {self.ttft:g} ms")
         if self.tps > 0:
             parts.append(f"TPS ≥ {self.tps:g}")
+        if self.attainment > 0:
+            parts.append(f"{self.attainment:g} % of requests within both")
         return ", ".join(parts)
 
 

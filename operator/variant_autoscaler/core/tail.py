@@ -1,0 +1,915 @@
+"""Tail latency of one inference server, and sizing for attainment targets ("99 % of requests within 1 s").
+
+WVA sizes replicas so that the *mean* TTFT and ITL meet the SLO; users state SLOs per request. This module
+predicts the share of requests over each target and sizes for a budget on it. The model is the analyzer's
+state-dependent chain (:mod:`variant_autoscaler.core.queueing`) with three corrections, each measured in
+``bench/tail.py`` against the emulator's engine (see docs/tail-slo.md):
+
+* **The length distribution, not only its mean.** An arrival that finds ``i < N`` requests in the system
+  starts at once and its first token comes after ``prefill(L, i + 1) = γ + δ·L·(i + 1)`` with ``L`` its
+  own prompt length; one that finds the batch full waits, then prefills at batch ``N``. The share over a
+  TTFT target therefore mixes the chain's state probabilities with the *distribution* of prompt lengths
+  (:class:`TokenLengths`): long prompts in large batches are what miss.
+* **Service-time variability in the queue.** Beyond ``N`` the chain completes requests as a Poisson
+  process at ``μ_N``; real requests of similar lengths leave far more regularly. The queue's geometric
+  decay ``r`` is replaced by the large-deviation (Lundberg) decay of a queue whose departures have the
+  variability of the service time at a full batch (``c_s²`` from the length distributions), so fixed
+  lengths queue about half as much as exponential ones in heavy traffic (Kingman's ``(c_a² + c_s²)/2``).
+* **Arrival burstiness.** ``c_a²`` is the index of dispersion of arrival counts (:class:`Burstiness`),
+  taken at the time scale of one request's service. Below ``N`` the chain's ratios become the diffusion
+  form ``log(λ/μ_b)·(λ + μ_b)/(λ·c_a² + μ_b)`` (the same chain for Poisson arrivals; the peakedness
+  ``(1 + c_a²)/2`` of an infinite-server queue); the queue's decay uses ``c_a²`` too.
+
+An arrival that waits waits an exponential time with the rate ``η = Λ_A(θ*)`` of the queue's decay (for
+Poisson arrivals and exponential services, ``μ_N − λ``: the analyzer's own wait). The per-request mean ITL
+is ``α + β·b`` with ``b`` the batch a request in service sees (size-biased), a slightly conservative
+reading since a request averages its batch over its life. The queue is unbounded (the gateway holds
+requests), unlike the analyzer's ``K = 11·N``.
+
+Everything is pure: times in ms, rates in requests per second at the public surface (per ms inside).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from variant_autoscaler.core.analyzer import SLO, Load, Sizing
+from variant_autoscaler.core.queueing import (
+    EPSILON,
+    QueueAnalyzer,
+    RequestSize,
+    ServiceParms,
+    TargetPerf,
+)
+from variant_autoscaler.errors import InfeasibleError, ModelError
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "Burstiness",
+    "RequestLengths",
+    "TailModel",
+    "TailPrediction",
+    "TailSize",
+    "TailTargets",
+    "TokenLengths",
+    "burstiness_from_times",
+    "index_of_dispersion",
+    "size_tail_allocation",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Cumulative probabilities at which a length distribution is summarised: dense in the upper tail,
+#: where the long prompts that miss TTFT targets live.
+DEFAULT_LEVELS: tuple[float, ...] = (
+    0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0,
+)  # fmt: skip
+#: IDC values are clipped to this range: below, counts would be nearly deterministic; above, the
+#: stationary model means little (a forecast should carry such swings, not the queue).
+_IDC_RANGE = (0.05, 1000.0)
+#: The tail search stops when the bracket is this narrow (relative); a secant step then lands closer.
+_RATE_TOLERANCE = 1e-4
+
+
+def _number(name: str, value: object, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value < math.inf:
+        raise ModelError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+# ---- request lengths ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLengths:
+    """A distribution of tokens per request as a piecewise-linear CDF: ``values[k]`` tokens at cumulative
+    probability ``levels[k]`` (``levels`` from 0 to 1), uniform in between — the way Prometheus'
+    ``histogram_quantile`` reads a histogram. Compact and JSON-serialisable (:meth:`to_json`)."""
+
+    values: tuple[float, ...]
+    levels: tuple[float, ...] = DEFAULT_LEVELS
+
+    def __post_init__(self) -> None:
+        values, levels = self.values, self.levels
+        if len(values) != len(levels) or len(values) < 2:
+            raise ModelError("a length distribution needs as many values as levels, at least two")
+        if levels[0] != 0.0 or levels[-1] != 1.0 or any(b <= a for a, b in itertools.pairwise(levels)):
+            raise ModelError("length levels must increase strictly from 0 to 1")
+        for v in values:
+            _number("a token length", v)
+        if any(b < a for a, b in itertools.pairwise(values)):
+            raise ModelError("length values must not decrease")
+
+    # -- constructors
+    @classmethod
+    def fixed(cls, tokens: float) -> TokenLengths:
+        """Every request has ``tokens`` tokens."""
+        t = _number("tokens", tokens)
+        return cls((t, t), (0.0, 1.0))
+
+    @classmethod
+    def from_samples(cls, samples: Iterable[float], levels: Sequence[float] = DEFAULT_LEVELS) -> TokenLengths:
+        """The empirical distribution of observed lengths, at ``levels``."""
+        data = np.asarray(list(samples) if not isinstance(samples, np.ndarray) else samples, dtype=float)
+        if data.size == 0:
+            raise ModelError("no lengths to summarise")
+        return cls(tuple(np.quantile(data, list(levels)).tolist()), tuple(levels))
+
+    @classmethod
+    def lognormal(cls, mean: float, cv: float, *, low: float = 1.0, high: float = math.inf) -> TokenLengths:
+        """A log-normal length with that mean and coefficient of variation, clipped to ``[low, high]``."""
+        from scipy.special import ndtri  # the normal quantile; scipy is already imported by the analyzer
+
+        m, c = _number("mean", mean, 1e-9), _number("cv", cv, 1e-9)
+        sigma = math.sqrt(math.log1p(c * c))
+        mu = math.log(m) - sigma * sigma / 2.0
+        inner = np.clip(np.array(DEFAULT_LEVELS[1:-1]), 1e-12, 1 - 1e-12)
+        top = min(high, math.exp(mu + sigma * float(ndtri(1.0 - 1e-5))))
+        q = np.exp(mu + sigma * ndtri(inner))
+        values = np.clip(np.concatenate(([low], q, [max(top, float(q[-1]))])), low, high)
+        return cls(tuple(np.maximum.accumulate(values).tolist()), DEFAULT_LEVELS)
+
+    @classmethod
+    def exponential(cls, mean: float) -> TokenLengths:
+        """An exponential length with that mean (the analyzer's implicit assumption)."""
+        m = _number("mean", mean)
+        levels = np.array(DEFAULT_LEVELS)
+        q = -m * np.log1p(-np.minimum(levels, 1.0 - 1e-5))
+        return cls(tuple(q.tolist()), DEFAULT_LEVELS)
+
+    @classmethod
+    def from_histogram(
+        cls, bounds: Sequence[float], cumulative: Sequence[float], *, mean: float | None = None
+    ) -> TokenLengths:
+        """From a Prometheus histogram: bucket upper bounds (``le``, the last may be ``+Inf``) and the
+        cumulative counts. The ``+Inf`` bucket's upper end is set so that the mean matches ``mean``
+        (the histogram's ``_sum / _count``) when given, else twice the last finite bound."""
+        pairs = sorted(zip((float(b) for b in bounds), (float(c) for c in cumulative), strict=True))
+        if not pairs or pairs[-1][1] <= 0:
+            raise ModelError("the histogram is empty")
+        total = pairs[-1][1]
+        values, levels = [0.0], [0.0]
+        for bound, count in pairs:
+            level = min(count / total, 1.0)
+            if level <= levels[-1]:
+                continue
+            upper = bound
+            if math.isinf(bound):
+                last = values[-1]
+                top = 2.0 * last if last > 0 else 1.0
+                if mean is not None and mean > 0:
+                    # mean = Σ_segments ΔF·(v_k + v_{k+1})/2: solve for the last segment's upper end.
+                    known = sum(
+                        (levels[k + 1] - levels[k]) * (values[k] + values[k + 1]) / 2.0
+                        for k in range(len(values) - 1)
+                    )
+                    share = level - levels[-1]
+                    top = max(last, 2.0 * (mean - known) / share - last)
+                upper = top
+            values.append(max(upper, values[-1]))
+            levels.append(level)
+        levels[-1] = 1.0  # counts that shrank between reads must not leave the CDF short of 1
+        if len(values) < 2:
+            raise ModelError("the histogram has no mass")
+        return cls(tuple(values), tuple(levels))
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {"values": list(self.values), "levels": list(self.levels)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TokenLengths:
+        try:
+            return cls(tuple(float(v) for v in data["values"]), tuple(float(v) for v in data["levels"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"not a length distribution: {exc}") from None
+
+    # -- moments and tail
+    def _segments(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        v = np.array(self.values)
+        return v[:-1], v[1:], np.diff(np.array(self.levels))
+
+    @property
+    def mean(self) -> float:
+        lo, hi, mass = self._segments()
+        return float(np.sum(mass * (lo + hi) / 2.0))
+
+    @property
+    def second_moment(self) -> float:
+        lo, hi, mass = self._segments()
+        return float(np.sum(mass * (lo * lo + lo * hi + hi * hi) / 3.0))
+
+    @property
+    def variance(self) -> float:
+        return max(self.second_moment - self.mean**2, 0.0)
+
+    def quantile(self, level: float) -> float:
+        return float(np.interp(level, self.levels, self.values))
+
+    def knots(self) -> tuple[FloatArray, FloatArray]:
+        """``(values, levels)`` with values made strictly increasing (a point mass becomes a segment a
+        few ulps wide), as interpolation needs."""
+        v = np.array(self.values, dtype=float)
+        for k in range(1, len(v)):
+            if v[k] <= v[k - 1]:
+                v[k] = v[k - 1] * (1.0 + 1e-12) + 1e-12
+        return v, np.array(self.levels, dtype=float)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLengths:
+    """Prompt (input) and output token distributions of a model's requests (taken as independent)."""
+
+    input: TokenLengths
+    output: TokenLengths
+
+    @classmethod
+    def from_means(cls, avg_input: float, avg_output: float) -> RequestLengths:
+        """What is assumed when only the means are known: exponential lengths (the analyzer's chain has
+        exponential service times), which errs on the safe side for most real length distributions."""
+        return cls(TokenLengths.exponential(avg_input), TokenLengths.exponential(max(avg_output, 1.0)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"input": self.input.to_json(), "output": self.output.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RequestLengths:
+        return cls(TokenLengths.from_json(data["input"]), TokenLengths.from_json(data["output"]))
+
+
+# ---- burstiness -------------------------------------------------------------------------------------
+
+
+def index_of_dispersion(counts: Sequence[float] | FloatArray, *, detrend: bool = True) -> float:
+    """The index of dispersion (variance / mean) of arrival counts over consecutive equal windows.
+
+    ``detrend`` (default) estimates the variance from successive differences,
+    ``mean((c[k+1] − c[k])²) / 2`` (an Allan variance), so that a slow rise or fall of the rate over the
+    observation does not count as burstiness: that is the forecast's business. A Poisson process gives
+    1 either way. Fewer than two windows, or no arrivals, give 1 (nothing says otherwise).
+    """
+    c = np.asarray(counts, dtype=float)
+    if c.size < 2 or not np.all(np.isfinite(c)):
+        return 1.0
+    mean = float(c.mean())
+    if mean <= 0.0:
+        return 1.0
+    var = float(np.mean(np.diff(c) ** 2)) / 2.0 if detrend else float(c.var(ddof=1))
+    return min(max(var / mean, _IDC_RANGE[0]), _IDC_RANGE[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Burstiness:
+    """The index of dispersion (IDC) of a model's arrival counts over windows of ``windows_s`` seconds,
+    measured while its arrival rate was ``rate`` req/s (0: unknown).
+
+    Empty means Poisson (IDC 1 at every scale). :meth:`at` reads it at any window: between measured
+    windows linearly in log(window); below the smallest, linearly from 1 at a window of 0 (the short-scale
+    shape of a modulated Poisson process, which has no simultaneous arrivals); above the largest, the
+    largest window's value. :meth:`split` gives the burstiness one of several replicas sees.
+    """
+
+    windows_s: tuple[float, ...] = ()
+    idc: tuple[float, ...] = ()
+    rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.windows_s) != len(self.idc):
+            raise ModelError("burstiness needs one IDC per window")
+        if any(b <= a for a, b in itertools.pairwise(self.windows_s)):
+            raise ModelError("burstiness windows must increase strictly")
+        for w in self.windows_s:
+            _number("a burstiness window", w, 1e-9)
+        for v in self.idc:
+            _number("an index of dispersion", v)
+        _number("the measured rate", self.rate)
+
+    @classmethod
+    def poisson(cls) -> Burstiness:
+        return cls()
+
+    def at(self, window_s: float) -> float:
+        """The IDC at a window of ``window_s`` seconds (clipped to a sane range)."""
+        if not self.windows_s:
+            return 1.0
+        w, v = self.windows_s, self.idc
+        if window_s <= w[0]:
+            value = 1.0 + (v[0] - 1.0) * max(window_s, 0.0) / w[0]
+        elif window_s >= w[-1]:
+            value = v[-1]
+        else:
+            value = float(np.interp(math.log(window_s), np.log(np.array(w)), np.array(v)))
+        return min(max(value, _IDC_RANGE[0]), _IDC_RANGE[1])
+
+    def split(self, rate: float) -> Burstiness:
+        """What a replica receiving ``rate`` req/s of this stream sees, if requests are spread at random:
+        a thinned process keeps the relative variance of the rate, so ``IDC − 1`` scales with the share."""
+        if not self.windows_s or self.rate <= 0 or rate >= self.rate:
+            return self
+        share = max(rate, 0.0) / self.rate
+        return Burstiness(self.windows_s, tuple(1.0 + share * (v - 1.0) for v in self.idc), rate)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"windows_s": list(self.windows_s), "idc": list(self.idc), "rate": self.rate}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Burstiness:
+        try:
+            return cls(
+                tuple(float(w) for w in data["windows_s"]),
+                tuple(float(v) for v in data["idc"]),
+                float(data.get("rate", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ModelError(f"not a burstiness: {exc}") from None
+
+
+def burstiness_from_times(
+    times_s: Sequence[float] | FloatArray,
+    windows_s: Sequence[float] = (1.0, 5.0, 15.0, 60.0),
+    *,
+    detrend: bool = True,
+) -> Burstiness:
+    """The IDC of the arrival times ``times_s`` (seconds, sorted) at each window that fits at least four
+    times in their span (the simulator and benchmarks know every arrival; the operator reads counts from
+    Prometheus, see :mod:`variant_autoscaler.adapters.burstiness`)."""
+    t = np.asarray(times_s, dtype=float)
+    if t.size < 2:
+        return Burstiness()
+    span = float(t[-1] - t[0])
+    windows, values = [], []
+    for w in windows_s:
+        if w <= 0 or span < 4 * w:
+            continue
+        counts = np.bincount(((t - t[0]) // w).astype(np.int64))[: int(span // w)]
+        windows.append(float(w))
+        values.append(index_of_dispersion(counts.astype(float), detrend=detrend))
+    return Burstiness(tuple(windows), tuple(values), (t.size - 1) / span if span > 0 else 0.0)
+
+
+# ---- targets ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TailTargets:
+    """Targets on shares of requests: at most ``ttft_miss`` of them over ``ttft`` ms, at most
+    ``itl_miss`` over ``itl`` ms (per-request mean ITL), at most ``joint_miss`` over either. A budget of
+    0 leaves that constraint out (a target without any budget is WVA's mean target, sized by the
+    analyzer)."""
+
+    ttft: float = 0.0
+    itl: float = 0.0
+    ttft_miss: float = 0.0
+    itl_miss: float = 0.0
+    joint_miss: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("ttft", "itl"):
+            _number(f"{name} target", getattr(self, name))
+        for name in ("ttft_miss", "itl_miss", "joint_miss"):
+            value = _number(name, getattr(self, name))
+            if value >= 1.0:
+                raise ModelError(f"{name} must be a share below 1, got {value:g}")
+
+    @classmethod
+    def from_slo(cls, slo: SLO) -> TailTargets:
+        """The tail part of an SLO: its percentiles and its attainment (percent of requests meeting both
+        targets)."""
+        ttft_p, itl_p, attainment = slo.ttft_percentile, slo.itl_percentile, slo.attainment
+        return cls(
+            ttft=slo.ttft,
+            itl=slo.itl,
+            ttft_miss=1.0 - ttft_p / 100.0 if ttft_p > 0 and slo.ttft > 0 else 0.0,
+            itl_miss=1.0 - itl_p / 100.0 if itl_p > 0 and slo.itl > 0 else 0.0,
+            joint_miss=1.0 - attainment / 100.0 if attainment > 0 else 0.0,
+        )
+
+    @property
+    def is_tail(self) -> bool:
+        """Whether any share is bounded (else everything is a mean target)."""
+        return self._ttft_bounded or self._itl_bounded
+
+    @property
+    def _ttft_bounded(self) -> bool:
+        return self.ttft > 0 and (self.ttft_miss > 0 or self.joint_miss > 0)
+
+    @property
+    def _itl_bounded(self) -> bool:
+        return self.itl > 0 and (self.itl_miss > 0 or self.joint_miss > 0)
+
+    def mean_targets(self, tps: float = 0.0) -> TargetPerf:
+        """The targets left to the mean analyzer: those without a share budget (WVA's meaning)."""
+        return TargetPerf(
+            ttft=0.0 if self._ttft_bounded else self.ttft,
+            itl=0.0 if self._itl_bounded else self.itl,
+            tps=tps,
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.ttft > 0:
+            share = f" for {100 * (1 - self.ttft_miss):g} %" if self.ttft_miss else ""
+            parts.append(f"TTFT ≤ {self.ttft:g} ms{share}")
+        if self.itl > 0:
+            share = f" for {100 * (1 - self.itl_miss):g} %" if self.itl_miss else ""
+            parts.append(f"ITL ≤ {self.itl:g} ms{share}")
+        text = ", ".join(parts)
+        if self.joint_miss:
+            text += f"; {100 * (1 - self.joint_miss):g} % of requests within both"
+        return text
+
+
+# ---- the model -------------------------------------------------------------------------------------
+
+
+class TailPrediction(NamedTuple):
+    """Predicted behaviour of one replica at one rate: shares of requests over the TTFT and ITL targets,
+    the probability an arrival waits for a slot, mean TTFT and ITL (ms) and mean batch occupancy ``rho``
+    (the means over the rate regimes below capacity, see :class:`TailModel`)."""
+
+    rate: float
+    ttft_miss: float
+    itl_miss: float
+    p_wait: float
+    ttft: float
+    itl: float
+    rho: float
+
+
+class TailSize(NamedTuple):
+    """The largest rate (req/s) one replica sustains within the targets, and the prediction there.
+    ``binding`` names the constraint that sets it (``"TTFT"``, ``"ITL"``, ``"joint"``, ``"mean"``,
+    ``"range"``)."""
+
+    max_rate: float
+    prediction: TailPrediction
+    binding: str
+
+
+#: The time a queue takes to build up to the waits of interest, in units of the mean wait / (1 − ρ):
+#: the scale over which departures are compared with arrivals (calibrated in bench/tail.py).
+_BUILD_UP = 1.0
+
+
+def _lundberg(lam: FloatArray, mu: float, a: FloatArray | float, d: FloatArray | float) -> FloatArray:
+    """θ* > 0 with ``Λ_A(θ) + Λ_D(−θ) = 0`` for gamma-renewal arrivals (rate λ, IDC ``a``) and departures
+    (rate μ, IDC ``d``): ``λ(e^{aθ} − 1)/a + μ(e^{−dθ} − 1)/d = 0``. The queue length then decays like
+    ``e^{−θ* m}`` (exact for M/M and M/D servers; Kingman's ``2(μ − λ)/(λa + μd)`` in heavy traffic)."""
+    a_ = np.broadcast_to(np.asarray(a, dtype=float), lam.shape)
+    d_ = np.maximum(np.broadcast_to(np.asarray(d, dtype=float), lam.shape), 1e-6)
+
+    def g(th: FloatArray) -> FloatArray:
+        return lam * np.expm1(a_ * th) / a_ + mu * np.expm1(-d_ * th) / d_  # type: ignore[no-any-return]
+
+    # Convex in θ with g(0) = 0 and g'(0) = λ − μ < 0: Newton from a point where g > 0 converges
+    # monotonically to the positive root.
+    theta = 2.0 * (mu - lam) / (lam * a_ + mu * d_)
+    for _ in range(64):
+        low = g(theta) <= 0.0
+        if not low.any():
+            break
+        theta = np.where(low, theta * 2.0, theta)
+    for _ in range(60):
+        step = g(theta) / (lam * np.exp(a_ * theta) - mu * np.exp(-d_ * theta))
+        theta = theta - step
+        if np.all(np.abs(step) <= 1e-12 * theta):
+            break
+    return theta  # type: ignore[no-any-return]
+
+
+class _State(NamedTuple):
+    """The model at a vector of G rates."""
+
+    p_head: FloatArray  # (G, N) P(an arrival finds i = 0..N-1 requests in the system)
+    p_wait: FloatArray  # (G,) P(it finds the batch full)
+    eta: FloatArray  # (G,) the rate of its exponential wait then (1/ms)
+
+
+class TailModel:
+    """One server (a model on an accelerator with batch ``max_batch_size``) under a request-length
+    distribution and an arrival burstiness. Immutable; cheap to build.
+
+    The burstiness a replica sees is the stream's thinned to its share (:meth:`Burstiness.split`): the
+    IDC at one service time ``S`` widens the chain below ``N``, the IDC over the time a queue takes to
+    build up sets how fast the queue decays.
+    """
+
+    __slots__ = (
+        "_bursts",
+        "_cs2",
+        "_idc_knots",
+        "_in_knots",
+        "_mu",
+        "lengths",
+        "max_batch_size",
+        "parms",
+        "rate_range",
+        "service_time_ms",
+    )
+
+    def __init__(
+        self,
+        parms: ServiceParms,
+        max_batch_size: int,
+        lengths: RequestLengths,
+        burstiness: Burstiness | None = None,
+        *,
+        kv_cache_tokens: int | None = None,
+    ) -> None:
+        if not isinstance(parms, ServiceParms):
+            raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
+        for name in ("alpha", "beta", "gamma", "delta"):
+            _number(name, getattr(parms, name))
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ModelError(f"maximum batch size must be an integer >= 1, got {max_batch_size!r}")
+        if not isinstance(lengths, RequestLengths):
+            raise ModelError(f"lengths must be RequestLengths, got {type(lengths).__name__}")
+        n = max_batch_size
+        l_in, l_out = lengths.input.mean, max(lengths.output.mean, 1.0)
+        if kv_cache_tokens is not None:
+            # A request holds its prompt and, on average over its life, half its output in the KV cache:
+            # the cache caps how many run at once whatever the batch size says.
+            fits = int(_number("KV cache tokens", kv_cache_tokens) // (l_in + l_out / 2.0 + 1.0))
+            n = max(1, min(n, fits))
+        self.parms, self.max_batch_size, self.lengths = parms, n, lengths
+        steps = l_out - 1.0
+        a = (parms.gamma if l_in > 0 else 0.0) + steps * parms.alpha
+        s = parms.delta * l_in + steps * parms.beta
+        if not a + s > 0:
+            raise ModelError("the service time is zero for these parameters and lengths")
+        b = np.arange(1.0, n + 1.0)
+        self._mu = b / (a + s * b)  # μ_b, req/ms
+        full = a + s * n  # mean service time at a full batch (ms)
+        var = (parms.delta * n) ** 2 * lengths.input.variance + (
+            parms.alpha + parms.beta * n
+        ) ** 2 * lengths.output.variance
+        self.service_time_ms = full
+        self._cs2 = var / (full * full)
+        self._bursts = burstiness or Burstiness()
+        if not isinstance(self._bursts, Burstiness):
+            raise ModelError(f"burstiness must be Burstiness, got {type(burstiness).__name__}")
+        w = self._bursts.windows_s
+        self._idc_knots = (
+            (np.log(np.array(w)), np.array(self._bursts.idc), w[0], self._bursts.rate) if w else None
+        )
+        self._in_knots = lengths.input.knots()
+        self.rate_range = (
+            float(self._mu[0]) * EPSILON * 1000.0,
+            float(self._mu[-1]) * (1 - EPSILON) * 1000.0,
+        )
+
+    @property
+    def service_scv(self) -> float:
+        """``c_s²``: the squared coefficient of variation of the service time at a full batch."""
+        return self._cs2
+
+    def arrival_idc(self, rate: float) -> float:
+        """``c_a²``: the IDC a replica receiving ``rate`` req/s sees over one service time."""
+        return float(self._idc(np.array([rate / 1000.0]), np.array([self.service_time_ms]))[0])
+
+    # -- the chain
+    def _idc(self, lam: FloatArray, window_ms: FloatArray) -> FloatArray:
+        """The IDC of a replica's arrivals at rates ``lam`` (req/ms) over windows (ms): the stream's,
+        thinned to the replica's share of it."""
+        knots = self._idc_knots
+        if knots is None:
+            return np.ones_like(lam)
+        log_w, values, first, rate = knots
+        t = window_ms * 1e-3
+        inside = np.interp(np.log(t), log_w, values)
+        idc = np.where(t < first, 1.0 + (values[0] - 1.0) * t / first, inside)
+        if rate > 0:
+            idc = 1.0 + np.minimum(lam * (1000.0 / rate), 1.0) * (idc - 1.0)
+        return np.clip(idc, _IDC_RANGE[0], _IDC_RANGE[1])  # type: ignore[no-any-return]
+
+    def _state(self, lam: FloatArray) -> _State:
+        return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))))
+
+    def _chain(self, lam: FloatArray, ca2: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        mu = self._mu
+        mu_n = float(mu[-1])
+        lam_c = lam[:, None]
+        # Below N: the chain's log(λ/μ_b) in the diffusion form, whose spread matches the peakedness
+        # 1 + β·(c_a² − 1) of an infinite-server queue (β = 1/2 for exponential services, 1 for fixed).
+        beta = 1.0 / (1.0 + self._cs2)
+        head_ca2 = np.maximum(1.0 + 2.0 * beta * (ca2 - 1.0), _IDC_RANGE[0])[:, None]
+        ratio = np.log(lam_c / mu) * ((lam_c + mu) / (lam_c * head_ca2 + mu))
+        logw = np.concatenate((np.zeros((len(lam), 1)), np.cumsum(ratio, axis=1)), axis=1)  # 0..N
+        w = np.exp(logw - logw.max(axis=1, keepdims=True))
+        # P(the batch is full): beyond N the queue's mass decays at the Lundberg rate of these arrivals
+        # against memoryless departures at μ_N (the chain's own, for Poisson arrivals).
+        theta = _lundberg(lam, mu_n, ca2, 1.0)
+        queue = w[:, -1] / -np.expm1(-theta)
+        z = w[:, :-1].sum(axis=1) + queue
+        # How long a waiting arrival waits: departures are as regular as the service times, and arrivals as
+        # bursty, as they are over the time the queue takes to build up to such waits.
+        a, d = self._queue_dispersion(lam, ca2, mu_n)
+        th = _lundberg(lam, mu_n, a, d)
+        eta = lam * np.expm1(th * a) / a
+        return w[:, :-1] / z[:, None], queue / z, eta
+
+    def _queue_dispersion(
+        self, lam: FloatArray, ca2: FloatArray, mu_n: float
+    ) -> tuple[FloatArray, FloatArray]:
+        """``(c_a², c_d²)`` over the build-up time ``τ = _BUILD_UP · E[W | W > 0] / (1 − ρ)``: the
+        arrivals' IDC at that window, and the departures', which look Poisson over short times and as
+        regular as the service times over long ones, ``c_d² = c_s² + (1 − c_s²)·e^{−τ/S}``. A fixed point,
+        found on Kingman's heavy-traffic wait by damped iteration in log τ (cheap: no root finding)."""
+        rho = lam / mu_n
+        cs2, service = self._cs2, self.service_time_ms
+        scale = _BUILD_UP / (2.0 * lam * (mu_n - lam) * (1.0 - rho))
+        tau = np.full(len(lam), service)
+        for _ in range(6):
+            a = self._idc(lam, tau)
+            d = cs2 + (1.0 - cs2) * np.exp(-tau / service)
+            # Kingman's E[W | W > 0] = (λ c_a² + μ c_d²) / (2 λ (μ − λ)); halfway in log τ (damped).
+            tau = np.sqrt(tau * (lam * a + mu_n * d) * scale)
+        return self._idc(lam, tau), cs2 + (1.0 - cs2) * np.exp(-tau / service)
+
+    # -- shares over targets
+    def _prefill_sf(self, limit: FloatArray) -> FloatArray:
+        """P(prompt > limit) for an array of token limits."""
+        values, levels = self._in_knots
+        return 1.0 - np.interp(limit, values, levels, left=0.0, right=1.0)
+
+    def _ttft_miss(self, state: _State, target: float) -> FloatArray:
+        if target <= 0:
+            return np.zeros(len(state.p_wait))
+        p = self.parms
+        batch = np.arange(1.0, self.max_batch_size + 1.0)
+        slope = p.delta * batch
+        with np.errstate(divide="ignore", invalid="ignore"):
+            limit = np.where(slope > 0, (target - p.gamma) / slope, np.inf if target >= p.gamma else -np.inf)
+        head = state.p_head @ self._prefill_sf(limit)  # starts at once, prefills at batch i + 1
+        return head + state.p_wait * self._queued_miss(state.eta, target)
+
+    def _queued_miss(self, eta: FloatArray, target: float) -> FloatArray:
+        """P(W + prefill(L, N) > target) with W ~ Exp(η): the prefill's piecewise-uniform segments
+        integrated in closed form."""
+        p, n = self.parms, self.max_batch_size
+        values, levels = self._in_knots
+        x = p.gamma + p.delta * n * values  # prefill at a full batch, at the knots
+        mass = np.diff(levels)
+        lo, hi = x[:-1], x[1:]
+        over = np.sum(mass * np.clip((hi - target) / (hi - lo), 0.0, 1.0))  # P(prefill > target)
+        upper = np.minimum(hi, target)
+        width = np.maximum(upper - lo, 0.0)
+        e = eta[:, None]
+        y = e * width
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            avg = np.where(y > 1e-12, -np.expm1(-y) / y, 1.0)  # mean of e^{-η(upper - u)} on the segment
+            part = mass * (width / (hi - lo)) * np.exp(-e * (target - upper)) * avg
+        return over + np.sum(np.where(lo < target, part, 0.0), axis=1)  # type: ignore[no-any-return]
+
+    def _batch_seen(self, state: _State) -> FloatArray:
+        """Per rate, P(a request in service sees a batch of b), b = 1..N: the batch distribution,
+        size-biased."""
+        n = self.max_batch_size
+        batch = np.concatenate((state.p_head[:, 1:], state.p_wait[:, None]), axis=1)  # b = 1..N
+        weighted = batch * np.arange(1.0, n + 1.0)
+        return weighted / weighted.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+    def _itl_miss(self, state: _State, target: float) -> FloatArray:
+        if target <= 0:
+            return np.zeros(len(state.p_wait))
+        p = self.parms
+        itl = p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0)
+        return self._batch_seen(state) @ (itl > target * (1.0 + 1e-9)).astype(float)  # type: ignore[no-any-return]
+
+    def _check_rate(self, rate: float) -> float:
+        r = _number("request rate", rate)
+        if not 0.0 < r <= self.rate_range[1]:
+            raise ModelError(
+                f"rate={r:g} req/s is outside the model's range (0, {self.rate_range[1]:.4g}] req/s"
+            )
+        return r
+
+    def predict(self, rate: float, targets: TailTargets | None = None) -> TailPrediction:
+        """The prediction at ``rate`` req/s (shares over ``targets``' TTFT and ITL, 0 without them)."""
+        r = self._check_rate(rate)
+        return self._predict(np.array([r / 1000.0]), targets or TailTargets())[0]
+
+    def _predict(self, lam: FloatArray, targets: TailTargets) -> list[TailPrediction]:
+        state = self._state(lam)
+        p, n = self.parms, self.max_batch_size
+        l_in = self.lengths.input.mean
+        batch = np.arange(1.0, n + 1.0)
+        prefill = (p.gamma if l_in > 0 else 0.0) + p.delta * l_in * batch
+        ttft = state.p_head @ prefill + state.p_wait * (1.0 / state.eta + prefill[-1])
+        itl = self._batch_seen(state) @ (p.alpha + p.beta * batch)
+        rho = (state.p_head[:, 1:] @ batch[:-1] + state.p_wait * n) / n
+        columns = (
+            (lam * 1000.0).tolist(),
+            self._ttft_miss(state, targets.ttft).tolist(),
+            self._itl_miss(state, targets.itl).tolist(),
+            state.p_wait.tolist(),
+            ttft.tolist(),
+            itl.tolist(),
+            rho.tolist(),
+        )
+        return [TailPrediction(*row) for row in zip(*columns, strict=True)]
+
+    def ttft_quantile(self, rate: float, level: float) -> float:
+        """The ``level`` quantile (0..1) of TTFT (ms) at ``rate`` req/s."""
+        lvl = self._level(level)
+        state = self._state(np.array([self._check_rate(rate) / 1000.0]))
+        miss = 1.0 - lvl
+        p = self.parms
+
+        def share(t: float) -> float:
+            return float(self._ttft_miss(state, t)[0])
+
+        lo, hi = 0.0, max(p.gamma + p.delta * self.lengths.input.values[-1] * self.max_batch_size, 1.0)
+        while share(hi) > miss:
+            lo, hi = hi, hi * 2.0
+        while hi - lo > 1e-6 * hi:
+            mid = 0.5 * (lo + hi)
+            if share(mid) > miss:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def itl_quantile(self, rate: float, level: float) -> float:
+        """The ``level`` quantile (0..1) of the per-request mean ITL (ms) at ``rate`` req/s."""
+        lvl = self._level(level)
+        state = self._state(np.array([self._check_rate(rate) / 1000.0]))
+        seen = self._batch_seen(state)[0]
+        over = 1.0 - np.cumsum(seen)  # P(batch > b), b = 1..N
+        b = int(np.searchsorted(-over, -(1.0 - lvl)))  # the first b with P(batch > b) <= 1 - level
+        return float(self.parms.alpha + self.parms.beta * (b + 1))
+
+    @staticmethod
+    def _level(level: float) -> float:
+        lvl = _number("level", level)
+        if not 0.0 < lvl < 1.0:
+            raise ModelError(f"a quantile level must be in (0, 1), got {lvl:g}")
+        return lvl
+
+    # -- sizing
+    def _shares(self, lam: FloatArray, targets: TailTargets) -> tuple[FloatArray, FloatArray]:
+        state = self._state(lam)
+        zeros = np.zeros(len(lam))
+        t = self._ttft_miss(state, targets.ttft) if targets._ttft_bounded else zeros
+        i = self._itl_miss(state, targets.itl) if targets._itl_bounded else zeros
+        return t, i
+
+    @staticmethod
+    def _ratios(t: FloatArray, i: FloatArray, targets: TailTargets) -> dict[str, FloatArray]:
+        """Each bounded share over its budget (1 = at the budget)."""
+        out: dict[str, FloatArray] = {}
+        if targets._ttft_bounded and targets.ttft_miss > 0:
+            out["TTFT"] = t / targets.ttft_miss
+        if targets._itl_bounded and targets.itl_miss > 0:
+            out["ITL"] = i / targets.itl_miss
+        if targets.joint_miss > 0:
+            out["joint"] = (t + i) / targets.joint_miss
+        return out
+
+    def _excess(self, lam: FloatArray, targets: TailTargets) -> FloatArray:
+        ratios = self._ratios(*self._shares(lam, targets), targets)
+        return np.max(np.stack(list(ratios.values())), axis=0)  # type: ignore[no-any-return]
+
+    def max_rate(self, targets: TailTargets, tps: float = 0.0) -> TailSize:
+        """The largest rate (req/s) meeting every target: the tail ones here, the mean ones (and a TPS
+        target) by the analyzer with WVA's rules. :class:`InfeasibleError` when none does."""
+        if not isinstance(targets, TailTargets):
+            raise ModelError(f"targets must be TailTargets, got {type(targets).__name__}")
+        lam_lo, lam_hi = self.rate_range[0] / 1000.0, self.rate_range[1] / 1000.0
+        best, binding = lam_hi, "range"
+        if targets.is_tail:
+            found = self._search(targets, lam_lo, lam_hi)
+            if isinstance(found, str):
+                raise InfeasibleError(found)
+            if found is not None:
+                best, binding = found, ""
+        mean = targets.mean_targets(tps)
+        if mean.ttft > 0 or mean.itl > 0 or mean.tps > 0:
+            l_in, l_out = self.lengths.input.mean, max(self.lengths.output.mean, 1.0)
+            analyzer = QueueAnalyzer(self.max_batch_size, None, self.parms, RequestSize(l_in, l_out))
+            rate = analyzer.size(mean).max_rate / 1000.0
+            if rate < best:
+                best, binding = rate, "mean"
+        prediction = self._predict(np.array([best]), targets)[0]
+        if not binding:  # the tail constraint closest to its budget there
+            ratios = self._ratios(np.array([prediction.ttft_miss]), np.array([prediction.itl_miss]), targets)
+            binding = max(ratios, key=lambda name: float(ratios[name][0]))
+        return TailSize(best * 1000.0, prediction, binding)
+
+    def _search(self, targets: TailTargets, lam_lo: float, lam_hi: float) -> float | str | None:
+        """The largest λ in [lam_lo, lam_hi] with excess(λ) <= 1 (the shares grow with λ), None when the
+        top of the range is within, or why even the bottom is not. A grid in log(μ_N − λ) (dense near
+        saturation, where answers lie), finer grids in the bracket, then a secant step on log(excess)."""
+        mu_n = float(self._mu[-1])
+        grid = mu_n - np.exp(np.linspace(math.log(mu_n - lam_lo), math.log(mu_n - lam_hi), 16))
+        ex = self._excess(grid, targets)
+        if ex[0] > 1.0:
+            return self._unreachable(targets)
+        if ex[-1] <= 1.0:
+            return None
+        lo, hi, f_lo, f_hi = lam_lo, lam_hi, 0.0, float(ex[-1])
+        for _ in range(3):
+            k = int(np.argmax(ex > 1.0))
+            if k > 0:
+                lo, f_lo = float(grid[k - 1]), float(ex[k - 1])
+            hi, f_hi = float(grid[k]), float(ex[k])
+            if hi - lo <= _RATE_TOLERANCE * hi:
+                break
+            grid = np.exp(np.linspace(math.log(lo), math.log(hi), 8)[1:-1])
+            ex = self._excess(grid, targets)
+            grid, ex = np.concatenate(([lo], grid, [hi])), np.concatenate(([f_lo], ex, [f_hi]))
+        if 0 < f_lo < 1.0 < f_hi:  # a secant step on log(excess) vs log(λ), kept inside the bracket
+            t = -math.log(f_lo) / (math.log(f_hi) - math.log(f_lo))
+            lam = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
+            if float(self._excess(np.array([lam]), targets)[0]) <= 1.0:
+                lo = lam
+        return lo
+
+    def _unreachable(self, targets: TailTargets) -> str:
+        pred = self.predict(self.rate_range[0], targets)
+        parts = []
+        if targets._ttft_bounded:
+            parts.append(f"{100 * pred.ttft_miss:.3g} % over TTFT {targets.ttft:g} ms")
+        if targets._itl_bounded:
+            parts.append(f"{100 * pred.itl_miss:.3g} % over ITL {targets.itl:g} ms")
+        budget = ", ".join(
+            f"{label} {100 * share:g} %"
+            for label, share in (
+                ("TTFT", targets.ttft_miss),
+                ("ITL", targets.itl_miss),
+                ("either", targets.joint_miss),
+            )
+            if share > 0
+        )
+        return f"tail targets unreachable: {' and '.join(parts)} at the lowest rate (allowed: {budget})"
+
+
+# ---- sizing, shaped like the analyzer's ---------------------------------------------------------
+
+
+def size_tail_allocation(
+    *,
+    accelerator: str,
+    unit_cost: float,
+    acc_count: int,
+    parms: ServiceParms,
+    max_batch_size: int,
+    load: Load,
+    slo: SLO,
+    lengths: RequestLengths | None = None,
+    burstiness: Burstiness | None = None,
+    min_replicas: int = 1,
+    kv_cache_tokens: int | None = None,
+) -> Sizing:
+    """:func:`~variant_autoscaler.core.analyzer.size_allocation` for an SLO with percentile or attainment
+    targets: the replicas, cost and rate per replica such that the predicted share of requests over each
+    target stays within its budget at the load's arrival rate (req/min, as WVA).
+
+    ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson. The
+    returned :class:`Sizing` carries the *mean* TTFT and ITL the model predicts per replica (as the
+    analyzer's does); :class:`TailModel` gives the shares and quantiles. An SLO without tail targets is
+    sized by the mean model here too (WVA's meaning), so the function is a drop-in for every class.
+    Raises :class:`InfeasibleError` / :class:`ModelError` as the analyzer does.
+    """
+    unit = _number("unit cost", unit_cost)
+    if isinstance(acc_count, bool) or not isinstance(acc_count, int):
+        raise ModelError(f"accelerator count must be an integer, got {acc_count!r}")
+    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+        raise ModelError(f"minimum replicas must be an integer >= 0, got {min_replicas!r}")
+    arrival = _number("arrival rate", load.arrival_rate)
+    per_replica_cost = unit * max(acc_count, 1)
+    if arrival == 0.0 or load.avg_output_tokens == 0.0:
+        if min_replicas == 0:
+            return Sizing("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        itl = parms.alpha + parms.beta
+        return Sizing(
+            accelerator, min_replicas, max_batch_size, per_replica_cost * min_replicas, itl,
+            parms.gamma + parms.delta, 0.0, 0.0,
+        )  # fmt: skip
+    lengths = lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
+    model = TailModel(parms, max_batch_size, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
+    targets = TailTargets.from_slo(slo)
+    size = model.max_rate(targets, tps=slo.tps)
+    rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
+    total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
+    needed = total / rate_star
+    if not needed <= 1_000_000:
+        raise InfeasibleError(f"the load of {total:.4g} req/s needs {needed:.3g} replicas")
+    replicas = max(math.ceil(needed), min_replicas, 1)
+    at = model.predict(min(total / replicas, model.rate_range[1]), targets)
+    return Sizing(
+        accelerator=accelerator,
+        replicas=replicas,
+        max_batch=max_batch_size,
+        cost=per_replica_cost * replicas,
+        itl=at.itl,
+        ttft=at.ttft,
+        rho=at.rho,
+        max_rate_per_replica=rate_star,
+    )
