@@ -8,7 +8,9 @@ service class that does not decode is dropped) and reported: each parser returns
 read plus a list of problems, each naming the key and field. ``strict=True`` raises
 :class:`~variant_autoscaler.errors.ConfigError` on the first problem instead.
 
-We accept a little more than WVA: numeric (not only string) costs, and fractional SLO values.
+We accept a little more than WVA: numeric (not only string) costs, and fractional SLO values; and a
+service-class entry may state its targets as shares of requests (``slo-ttft-percentile``,
+``slo-tpot-percentile``, ``slo-attainment``; docs/tail-slo.md). An entry with none keeps WVA's meaning.
 """
 
 from __future__ import annotations
@@ -127,11 +129,16 @@ def _slo(where: str, entry: Mapping[str, object], field: str) -> float:
     return _number(f"{where}.{field}", entry[field])
 
 
-def _percentile(where: str, entry: Mapping[str, object]) -> float:
-    """``slo-ttft-percentile`` (ours): absent or 0 means the mean TTFT, as in WVA; else in (0, 100)."""
-    value = _slo(where, entry, "slo-ttft-percentile")
+def _percentile(where: str, entry: Mapping[str, object], field: str = "slo-ttft-percentile") -> float:
+    """A share of requests in percent (ours: ``slo-ttft-percentile``, ``slo-tpot-percentile``,
+    ``slo-attainment``): absent or 0 means none (WVA's mean meaning); else in (0, 100). ``"99%"`` reads
+    as 99."""
+    raw = entry.get(field)
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        entry = {field: raw.strip()[:-1]}
+    value = _slo(where, entry, field)
     if value != 0.0 and not 0.0 < value < 100.0:
-        raise _Problem(f"{where}.slo-ttft-percentile must be between 0 and 100 (e.g. 99), got {value:g}")
+        raise _Problem(f"{where}.{field} must be between 0 and 100 (e.g. 99), got {value:g}")
     return value
 
 
@@ -183,6 +190,8 @@ def _service_class_doc(where: str, raw: object) -> ServiceClass:
                 ttft=_slo(at, entry, "slo-ttft"),
                 tps=_slo(at, entry, "slo-tps"),
                 ttft_percentile=_percentile(at, entry),
+                itl_percentile=_percentile(at, entry, "slo-tpot-percentile"),
+                attainment=_percentile(at, entry, "slo-attainment"),
             )
         )
     return ServiceClass(name=name, priority=normalize_priority(priority_raw), targets=tuple(targets))

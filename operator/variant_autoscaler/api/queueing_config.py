@@ -4,6 +4,8 @@ Entries (``default`` and per-model overrides, :mod:`variant_autoscaler.api.wva_e
 ``sloMultiplier`` (default 3, must exceed 1: the SLO WVA inferred when none is given allows the iteration
 time to grow k-fold, a target utilisation of 1 - 1/k), ``tuningEnabled`` (default true: learn the
 model's parameters online) and, per model, ``targetTTFT`` and ``targetITL`` in ms (both or neither).
+Ours: ``targetTTFTPercentile``, ``targetITLPercentile`` and ``attainment`` state those targets as shares
+of requests, as a service class's ``slo-*-percentile`` and ``slo-attainment`` do (docs/tail-slo.md).
 
 The explicit targets are the SLOs of a VariantAutoscaling that has no service class
 (:meth:`QueueingModelConfig.slo_for`); our queueing model already learns its parameters online, so
@@ -39,6 +41,11 @@ QUEUEING_CONFIG_MAP_NAMES: tuple[str, ...] = (
 )
 DEFAULT_SLO_MULTIPLIER = 3.0
 _KEYS = ("sloMultiplier", "tuningEnabled", "targetTTFT", "targetITL")
+_SHARES = {
+    "targetTTFTPercentile": "ttft_percentile",
+    "targetITLPercentile": "itl_percentile",
+    "attainment": "attainment",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,9 @@ class QueueingModelSettings:
     tuning_enabled: bool = True
     target_ttft_ms: float | None = None
     target_itl_ms: float | None = None
+    ttft_percentile: float = 0.0
+    itl_percentile: float = 0.0
+    attainment: float = 0.0
     source: str = "built-in defaults"
 
 
@@ -70,7 +80,14 @@ class QueueingModelConfig:
         s = self.for_model(model_id, namespace)
         if s.target_ttft_ms is None or s.target_itl_ms is None:
             return None
-        return ModelTarget(model=model_id, itl=s.target_itl_ms, ttft=s.target_ttft_ms)
+        return ModelTarget(
+            model=model_id,
+            itl=s.target_itl_ms,
+            ttft=s.target_ttft_ms,
+            ttft_percentile=s.ttft_percentile,
+            itl_percentile=s.itl_percentile,
+            attainment=s.attainment,
+        )
 
 
 def _values(where: str, f: Mapping[str, object]) -> dict[str, object]:
@@ -91,6 +108,12 @@ def _values(where: str, f: Mapping[str, object]) -> dict[str, object]:
         if ttft <= 0 or itl <= 0:
             raise EntryError(f"{where}: targetTTFT and targetITL must be greater than 0 ms")
         out["target_ttft_ms"], out["target_itl_ms"] = ttft, itl
+    for key, name in _SHARES.items():
+        if key in f:
+            share = as_float(f"{where}.{key}", f[key], high=100.0)
+            if not 0.0 <= share < 100.0:
+                raise EntryError(f"{where}.{key} must be a percentage in [0, 100), e.g. 99; got {share:g}")
+            out[name] = share
     return out
 
 
@@ -107,7 +130,11 @@ def parse_queueing_config(
         except EntryError as exc:
             problems.append(f"{exc} (entry skipped)")
             continue
-        problems.extend(f"{where}: unknown key {k!r} (ignored)" for k in entry.fields if k not in _KEYS)
+        problems.extend(
+            f"{where}: unknown key {k!r} (ignored)"
+            for k in entry.fields
+            if k not in _KEYS and k not in _SHARES
+        )
         parsed.append((entry, values))
     present = data is not None and any(e.model_id is None for e, _ in parsed)
     return QueueingModelConfig(present, tuple(parsed), tuple(problems))

@@ -124,7 +124,8 @@ class ModelTarget:
     """SLOs of one model within a service class (``slo-tpot`` is the ITL target), in ms.
 
     ``ttft_percentile`` (ours, ``slo-ttft-percentile``): 0 means ``ttft`` bounds the mean TTFT, as in
-    WVA; in (0, 100) it bounds that percentile of TTFT.
+    WVA; in (0, 100) it bounds that percentile of TTFT. ``itl_percentile`` (``slo-tpot-percentile``) and
+    ``attainment`` (``slo-attainment``, the share of requests within both) likewise (see :class:`SLO`).
     """
 
     model: str
@@ -132,10 +133,19 @@ class ModelTarget:
     ttft: float
     tps: float = 0.0
     ttft_percentile: float = 0.0
+    itl_percentile: float = 0.0
+    attainment: float = 0.0
 
     @property
     def slo(self) -> SLO:
-        return SLO(ttft=self.ttft, itl=self.itl, tps=self.tps, ttft_percentile=self.ttft_percentile)
+        return SLO(
+            ttft=self.ttft,
+            itl=self.itl,
+            tps=self.tps,
+            ttft_percentile=self.ttft_percentile,
+            itl_percentile=self.itl_percentile,
+            attainment=self.attainment,
+        )
 
 
 @dataclass(frozen=True, slots=True)
