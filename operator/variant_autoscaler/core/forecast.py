@@ -1,0 +1,210 @@
+"""Forecast of a model's arrival rate: an upper quantile over the horizon "start-up time + one interval".
+
+Replicas asked for now are ready only after the start-up time and then serve until the next decision
+takes effect, so a plan must cover the load up to ``start-up + interval`` ahead. This module forecasts
+an upper quantile of the *largest* per-interval rate in that horizon:
+
+* **Point forecast**: Holt's linear trend on the log of the rate (log: bursts and diurnal swings are
+  multiplicative, and a forecast never goes negative), with optional seasonality as a few Fourier
+  harmonics of a known period (e.g. a day) learnt online; the horizon's point forecast is the largest of
+  the per-step forecasts.
+* **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
+  (the realised largest log rate over a horizon minus what was forecast for it), over the last
+  ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
+
+Everything is pure: the state is a frozen value, :func:`update` returns a new one, time is a step count
+(one step per planning interval), and :meth:`ForecastState.to_json` / :meth:`ForecastState.from_json`
+give a compact form the operator can persist. Rates are requests per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from variant_autoscaler.errors import ModelError
+
+__all__ = ["Forecast", "ForecastConfig", "ForecastState", "forecast", "update"]
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastConfig:
+    """How to forecast.
+
+    ``interval_s`` is the time between updates (the planning interval), ``horizon_s`` how far ahead the
+    plan must hold (start-up time + one interval), ``quantile`` the level of the upper forecast (0.9:
+    the horizon's peak stays below it nine times out of ten). ``alpha`` and ``beta`` are Holt's smoothing
+    weights of the level and the trend; ``season_s`` (0: none) a known period with ``harmonics`` Fourier
+    terms learnt at rate ``gamma``. ``history`` errors are kept for the quantile; below ``min_history``
+    the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %). ``floor`` (req/s) is added
+    before taking logs so that an idle model has a finite log rate.
+    """
+
+    interval_s: float = 60.0
+    horizon_s: float = 240.0
+    quantile: float = 0.9
+    alpha: float = 0.5
+    beta: float = 0.1
+    season_s: float = 0.0
+    harmonics: int = 2
+    gamma: float = 0.05
+    history: int = 240
+    min_history: int = 20
+    default_margin: float = 0.3
+    floor: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0 or not self.horizon_s > 0:
+            raise ModelError("the forecast's interval and horizon must be > 0")
+        if not 0.0 < self.quantile < 1.0:
+            raise ModelError(f"the forecast quantile must be in (0, 1), got {self.quantile:g}")
+        for name in ("alpha", "beta", "gamma"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ModelError(f"the forecast's {name} must be in [0, 1]")
+        if self.season_s < 0 or self.harmonics < 0 or self.history < 1 or self.min_history < 1:
+            raise ModelError("season_s, harmonics, history and min_history must be positive")
+        if not self.floor > 0 or self.default_margin < 0:
+            raise ModelError("the forecast's floor must be > 0 and its default margin >= 0")
+
+    @property
+    def steps(self) -> int:
+        """The horizon in updates (at least one)."""
+        return max(1, math.ceil(self.horizon_s / self.interval_s - 1e-9))
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastState:
+    """The forecaster's memory: Holt's level and trend (log req/s, per step), the seasonal harmonics'
+    coefficients, the step count, the horizon forecasts still waiting for their outcome, the latest log
+    rates, and the last errors. Small: a few hundred numbers at most."""
+
+    level: float | None = None
+    trend: float = 0.0
+    seasonal: tuple[float, ...] = ()
+    step: int = 0
+    pending: tuple[float, ...] = ()  # forecasts of the horizon's largest log rate, oldest first
+    recent: tuple[float, ...] = ()  # the latest log rates, oldest first
+    errors: tuple[float, ...] = ()  # realised − forecast, oldest first
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (floats rounded to 6 significant digits)."""
+
+        def r(values: Sequence[float]) -> list[float]:
+            return [float(f"{v:.6g}") for v in values]
+
+        return {
+            "level": None if self.level is None else float(f"{self.level:.6g}"),
+            "trend": float(f"{self.trend:.6g}"),
+            "seasonal": r(self.seasonal),
+            "step": self.step,
+            "pending": r(self.pending),
+            "recent": r(self.recent),
+            "errors": r(self.errors),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ForecastState:
+        try:
+            level = data.get("level")
+            return cls(
+                level=None if level is None else float(level),
+                trend=float(data.get("trend", 0.0)),
+                seasonal=tuple(float(v) for v in data.get("seasonal", ())),
+                step=int(data.get("step", 0)),
+                pending=tuple(float(v) for v in data.get("pending", ())),
+                recent=tuple(float(v) for v in data.get("recent", ())),
+                errors=tuple(float(v) for v in data.get("errors", ())),
+            )
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ModelError(f"not a forecast state: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The current rate's smoothed value, the point forecast of the horizon's peak and its upper
+    quantile (all req/s), and how many past horizons the quantile rests on."""
+
+    level: float
+    point: float
+    upper: float
+    errors: int
+
+
+def _basis(config: ForecastConfig, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The seasonal harmonics' values at ``step`` (cos, sin pairs)."""
+    if config.season_s <= 0 or config.harmonics == 0:
+        return np.zeros(0)
+    phase = 2.0 * math.pi * step * config.interval_s / config.season_s
+    k = np.arange(1, config.harmonics + 1)
+    return np.concatenate((np.cos(k * phase), np.sin(k * phase)))
+
+
+def _season(config: ForecastConfig, state: ForecastState, step: int) -> float:
+    if not state.seasonal:
+        return 0.0
+    return float(np.dot(state.seasonal, _basis(config, step)))
+
+
+def _horizon_point(config: ForecastConfig, state: ForecastState) -> float:
+    """The largest per-step point forecast (log req/s) over the next ``config.steps`` steps."""
+    assert state.level is not None
+    return max(
+        state.level + k * state.trend + _season(config, state, state.step + k)
+        for k in range(1, config.steps + 1)
+    )
+
+
+def update(state: ForecastState, rate: float, config: ForecastConfig) -> ForecastState:
+    """The state after observing ``rate`` (req/s, the mean over the interval just ended)."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate < math.inf:
+        raise ModelError(f"an observed rate must be a finite number >= 0, got {rate!r}")
+    y = math.log(rate + config.floor)
+    step = state.step + 1
+    h = config.steps
+    # Errors of the horizon forecasts whose horizon this observation completes.
+    recent = (*state.recent, y)[-h:]
+    pending, errors = state.pending, state.errors
+    if len(pending) == h and len(recent) == h:
+        errors = (*errors, max(recent) - pending[0])[-config.history :]
+        pending = pending[1:]
+    if state.level is None:
+        n = 2 * config.harmonics if config.season_s > 0 else 0
+        fresh = ForecastState(y, 0.0, (0.0,) * n, step, (), recent, errors)
+        return replace(fresh, pending=(_horizon_point(config, fresh),))
+    season = _season(config, state, step)
+    predicted = state.level + state.trend + season
+    level = config.alpha * (y - season) + (1.0 - config.alpha) * (state.level + state.trend)
+    trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
+    seasonal = state.seasonal
+    if seasonal:
+        # One least-mean-squares step of the harmonics towards what the level left unexplained.
+        basis = _basis(config, step)
+        residual = y - predicted
+        seasonal = tuple((np.array(seasonal) + config.gamma * residual * basis).tolist())
+    new = ForecastState(level, trend, seasonal, step, pending, recent, errors)
+    return replace(new, pending=(*pending, _horizon_point(config, new))[-h:])
+
+
+def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
+    """The forecast from ``state``: the horizon's peak rate, point and upper quantile (req/s). A state
+    that has seen nothing forecasts 0."""
+    if state.level is None:
+        return Forecast(0.0, 0.0, 0.0, 0)
+    point = _horizon_point(config, state)
+    if len(state.errors) >= config.min_history:
+        margin = float(np.quantile(np.array(state.errors), config.quantile))
+    else:
+        margin = config.default_margin
+    # Never below the point forecast: a quantile under it would plan for less than expected.
+    margin = max(margin, 0.0)
+    floor = config.floor
+    return Forecast(
+        level=max(math.exp(state.level) - floor, 0.0),
+        point=max(math.exp(point) - floor, 0.0),
+        upper=max(math.exp(point + margin) - floor, 0.0),
+        errors=len(state.errors),
+    )
