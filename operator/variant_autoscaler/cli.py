@@ -1,4 +1,4 @@
-"""The ``variant-autoscaler`` command: ``run``, ``analyze``, ``plan``, ``simulate``.
+"""The ``variant-autoscaler`` command: ``run``, ``analyze``, ``plan``, ``simulate``, ``min-gpus``.
 
 Each sub-command lives in :mod:`variant_autoscaler.commands` as a module exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` (``args -> exit code``).
@@ -20,7 +20,7 @@ from typing import NoReturn
 from variant_autoscaler import __version__
 from variant_autoscaler.errors import VariantAutoscalerError
 
-COMMANDS: tuple[str, ...] = ("run", "analyze", "plan", "simulate")
+COMMANDS: tuple[str, ...] = ("run", "analyze", "plan", "simulate", "min_gpus")
 
 
 class _Parser(argparse.ArgumentParser):

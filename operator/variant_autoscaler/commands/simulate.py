@@ -14,11 +14,14 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from variant_autoscaler.errors import ConfigError
 
-__all__ = ["format_table", "register", "run"]
+if TYPE_CHECKING:
+    from variant_autoscaler.sim.scenario import Scenario
+
+__all__ = ["check_policies", "format_table", "register", "run", "scenario_notes"]
 
 
 def register(subparsers: Any) -> None:
@@ -90,6 +93,52 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_policies(names: list[str]) -> None:
+    """:class:`ConfigError` naming every valid policy unless each of ``names`` is one."""
+    from variant_autoscaler.sim.runner import EXPERIMENTS, POLICY_NAMES, make_policy_known
+
+    if not names:
+        raise ConfigError(f"--policies: name at least one of {', '.join((*POLICY_NAMES, *EXPERIMENTS))}")
+    for name in names:
+        if not make_policy_known(name):
+            raise ConfigError(
+                f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}; experiments: "
+                f"{', '.join(EXPERIMENTS)} (e.g. ours@0.5)"
+            )
+
+
+def scenario_notes(scenario: Scenario) -> list[str]:
+    """What a user should know before a run: requests no replica accepts (longer than ``maxModelLen`` or
+    the KV cache: they will be dropped), and traces that end before the run does."""
+    from variant_autoscaler.sim.replica import max_model_len
+    from variant_autoscaler.sim.simulator import scenario_arrivals
+    from variant_autoscaler.sim.traffic import TraceTraffic, longer_than
+
+    notes: list[str] = []
+    arrivals = scenario_arrivals(scenario)
+    for model in scenario.models:
+        arr = arrivals[model.model_id]
+        for profile in model.profiles:
+            limit = max_model_len(profile)
+            count = longer_than(arr, limit)
+            if count:
+                notes.append(
+                    f"warning: model {model.model_id}: {count:,} of {len(arr):,} requests "
+                    f"({100 * count / len(arr):.2g} %) need more than the {limit:,} tokens a "
+                    f"{profile.accelerator} replica accepts (maxModelLen, capped by kvCacheTokens); they "
+                    "will be dropped as rejected"
+                )
+        traffic = model.traffic
+        if isinstance(traffic, TraceTraffic) and traffic.end_s < scenario.duration_s:
+            idle = scenario.duration_s - traffic.end_s
+            notes.append(
+                f"note: model {model.model_id}: its trace ends at {traffic.end_s / 60:.1f} min of the "
+                f"{scenario.duration_s / 60:.1f} min run; the last {idle / 60:.1f} min have no requests from "
+                "it (shorten --duration, or lower speedup / raise rateScale)"
+            )
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     from variant_autoscaler.sim.config import load_scenario, parse_duration
     from variant_autoscaler.sim.report import build_report, write_report
@@ -115,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    check_policies(names)
+    for line in scenario_notes(scenario):
+        print(line, file=sys.stderr)
     options = PolicyOptions(
         hpa_waiting_threshold=args.hpa_waiting_threshold, hpa_kv_threshold=args.hpa_kv_threshold
     )

@@ -217,9 +217,12 @@ class _Trace(_Strict):
     time_column: str | None = Field(None, alias="timeColumn")
     input_column: str | None = Field(None, alias="inputColumn")
     output_column: str | None = Field(None, alias="outputColumn")
-    time_unit: float = Field(1.0, alias="timeUnit", gt=0)
+    # Seconds per unit of numeric timestamps; unset: 1 for CSV, 0.001 for JSON lines (Mooncake's ms).
+    time_unit: float | None = Field(None, alias="timeUnit", gt=0)
+    rate_scale: float = Field(1.0, alias="rateScale", gt=0, le=1000)
+    scale_window: Duration = Field(60.0, alias="scaleWindow", gt=0)
 
-    _d = field_validator("offset", mode="before")(_dur)
+    _d = field_validator("offset", "scale_window", mode="before")(_dur)
 
 
 class _Traffic(_Strict):
@@ -251,7 +254,14 @@ class _Traffic(_Strict):
                 output_column=t.output_column,
                 time_unit_s=t.time_unit,
             )
-            return tr.TraceTraffic(arrivals, source=str(path), speedup=t.speedup, offset_s=t.offset)
+            return tr.TraceTraffic(
+                arrivals,
+                source=str(path),
+                speedup=t.speedup,
+                offset_s=t.offset,
+                rate_scale=t.rate_scale,
+                scale_window_s=t.scale_window,
+            )
         assert self.rate is not None and self.input_tokens is not None and self.output_tokens is not None
         return tr.GeneratedTraffic(
             rate=self.rate.build(),
@@ -276,6 +286,8 @@ class _Model(_Strict):
     share_load: bool = Field(True, alias="shareLoad")
     model_profile: ModelProfile = Field(alias="modelProfile")
     kv_cache_tokens: dict[str, int] = Field(default_factory=dict, alias="kvCacheTokens")
+    # vLLM's --max-model-len: the longest request (prompt + output) a replica accepts.
+    max_model_len: int | None = Field(None, alias="maxModelLen", ge=2)
     traffic: _Traffic
     variants: list[_Variant] = Field(min_length=1)
 
@@ -345,6 +357,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
                         gamma=parms.gamma,
                         delta=parms.delta,
                         kv_cache_tokens=m.kv_cache_tokens.get(acc.acc),
+                        max_model_len=m.max_model_len,
                     )
                 )
             except ValueError as exc:

@@ -24,12 +24,21 @@ __all__ = [
     "Server",
     "ServerFactory",
     "engine_server",
+    "max_model_len",
 ]
 
 DEFAULT_KV_CACHE_TOKENS = 131_072
 """KV cache of a replica whose profile does not say (the emulator engine's default)."""
 MAX_MODEL_LEN = 32_768
-"""Longest request (prompt + output) a replica accepts, capped by its KV cache."""
+"""Longest request (prompt + output) a replica accepts unless its profile says (``maxModelLen``),
+capped by its KV cache."""
+
+
+def max_model_len(profile: Profile) -> int:
+    """The longest request a replica of ``profile`` accepts: its ``maxModelLen`` (default
+    :data:`MAX_MODEL_LEN`), capped by its KV cache."""
+    kv = profile.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS
+    return min(profile.max_model_len or MAX_MODEL_LEN, kv)
 
 
 class Completion(NamedTuple):
@@ -96,7 +105,7 @@ class EngineServer:
             ),
             max_num_seqs=max_batch,
             kv_cache_tokens=kv,
-            max_model_len=min(MAX_MODEL_LEN, kv),
+            max_model_len=max_model_len(profile),
             seed=seed,
         )
         self._engine = Engine(config, start_time=start_time)

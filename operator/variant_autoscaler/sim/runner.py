@@ -13,7 +13,7 @@ from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.simulator import RunResult, scenario_arrivals, simulate
 from variant_autoscaler.sim.traffic import Arrivals
 
-__all__ = ["POLICY_NAMES", "PolicyOptions", "make_policy", "run_policies"]
+__all__ = ["EXPERIMENTS", "POLICY_NAMES", "PolicyOptions", "make_policy", "make_policy_known", "run_policies"]
 
 POLICY_NAMES: tuple[str, ...] = ("static", "hpa-waiting", "hpa-kv", "wva", "ours", "oracle")
 
@@ -64,7 +64,7 @@ def make_policy(
         )
     if name == "oracle":
         return OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
-    known = sorted({*POLICY_NAMES, *opts.extra})
+    known = [*POLICY_NAMES, *EXPERIMENTS, *sorted(opts.extra)]
     raise ConfigError(f"unknown policy {name!r} (known: {', '.join(known)})")
 
 
@@ -83,6 +83,12 @@ def _experiment_scale(name: str) -> float | None:
 
 
 EXPERIMENTS: tuple[str, ...] = ("ours+trend", "ours@<scale>")
+
+
+def make_policy_known(name: str, options: PolicyOptions | None = None) -> bool:
+    """Whether ``name`` is a policy :func:`make_policy` builds (a bundled one, an experiment, or an
+    extra of ``options``); a malformed experiment raises its own ConfigError."""
+    return _known(name, options)
 
 
 def _known(name: str, options: PolicyOptions | None) -> bool:
@@ -113,7 +119,8 @@ def run_policies(
         raise ConfigError("no policy to run")
     unknown = [n for n in names if not _known(n, options)]
     if unknown:
-        raise ConfigError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICY_NAMES)})")
+        known = [*POLICY_NAMES, *EXPERIMENTS, *sorted(options.extra if options else ())]
+        raise ConfigError(f"unknown policy {unknown[0]!r} (known: {', '.join(known)})")
     workers = max(1, min(jobs, len(names), os.cpu_count() or 1))
     if workers == 1 or (options is not None and options.extra):
         arrivals = scenario_arrivals(scenario)

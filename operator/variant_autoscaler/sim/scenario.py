@@ -87,6 +87,8 @@ class Profile:
     delta: float
     # KV cache size of one replica in tokens; None means "large enough for max_batch_size requests".
     kv_cache_tokens: int | None = None
+    # Longest request (prompt + output) a replica accepts (vLLM's --max-model-len); None: the default.
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.acc_count < 1 or self.max_batch_size < 1:
@@ -97,6 +99,8 @@ class Profile:
                 raise ConfigError(f"profile {self.accelerator}: {name} must be a finite number >= 0")
         if self.kv_cache_tokens is not None and self.kv_cache_tokens < 1:
             raise ConfigError(f"profile {self.accelerator}: kv_cache_tokens must be >= 1")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError(f"profile {self.accelerator}: max_model_len must be >= 2")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,12 @@
 """Traffic for the simulator: rate profiles, request-length distributions, arrivals and trace replay.
 
 A model's traffic is either *generated* (a rate profile in requests per second over simulated time, an
-arrival process and two token-length distributions) or *replayed* from a CSV trace (timestamp, input
-tokens, output tokens). Either way it becomes an :class:`Arrivals`: sorted arrival times in seconds from
-the start of the simulation with the token counts of every request, generated once per scenario so every
-policy sees exactly the same requests.
+arrival process and two token-length distributions) or *replayed* from a trace (timestamp, input
+tokens, output tokens: CSV with a header, or JSON lines such as Mooncake's), optionally at a multiple of
+its rate (:attr:`TraceTraffic.rate_scale`: superposed time-shifted copies, which keep its shape).
+Either way it becomes an :class:`Arrivals`: sorted arrival times in seconds from the start of the
+simulation with the token counts of every request, generated once per scenario so every policy sees
+exactly the same requests.
 
 Arrival times of a non-homogeneous Poisson process are drawn by time change: unit-rate points
 ``s_1 < s_2 < …`` are mapped through the inverse of the cumulative rate ``Λ(t) = ∫₀ᵗ rate``. Every profile
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import json
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +49,7 @@ __all__ = [
     "TraceTraffic",
     "UniformLength",
     "generate_arrivals",
+    "longer_than",
     "read_trace",
     "rng_for",
 ]
@@ -397,25 +401,76 @@ class GeneratedTraffic:
 @dataclass(frozen=True, slots=True)
 class TraceTraffic:
     """Requests replayed from a trace: times are shifted so the first request arrives at ``offset_s``,
-    divided by ``speedup`` (2 replays the trace twice as fast, doubling its rate)."""
+    divided by ``speedup`` (2 replays the trace twice as fast, doubling its rate).
+
+    ``rate_scale`` multiplies the rate *without* compressing time: the trace is superposed with copies of
+    itself, each shifted in time by a random offset of up to ``scale_window_s`` either way (wrapping
+    around the trace's span), and the fractional part is a copy thinned at random; below 1 the trace
+    itself is thinned. The rate over any stretch longer than the window is scaled while bursts within
+    each copy stay bursts. Copies are drawn from the scenario's seed.
+    """
 
     arrivals_in_trace: Arrivals = field(repr=False)
     source: str = ""
     speedup: float = 1.0
     offset_s: float = 0.0
+    rate_scale: float = 1.0
+    scale_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.speedup > 0:
             raise ConfigError("trace speedup must be > 0")
+        if not 0 < self.rate_scale <= 1000 or not math.isfinite(self.rate_scale):
+            raise ConfigError("trace rateScale must be in (0, 1000]")
+        if not self.scale_window_s > 0:
+            raise ConfigError("trace scaleWindow must be > 0")
+
+    @property
+    def end_s(self) -> float:
+        """When the replayed trace's last request arrives (seconds of simulated time)."""
+        src = self.arrivals_in_trace
+        if len(src) == 0:
+            return self.offset_s
+        return self.offset_s + float(src.times[-1] - src.times[0]) / self.speedup
 
     def arrivals(self, rng: np.random.Generator, duration: float) -> Arrivals:
-        del rng
         src = self.arrivals_in_trace
         if len(src) == 0:
             return src
-        times = self.offset_s + (src.times - src.times[0]) / self.speedup
+        rel = (src.times - src.times[0]) / self.speedup
+        if self.rate_scale != 1.0:
+            src, rel = self._scaled(rng, src, rel)
+        times = self.offset_s + rel
         keep = times < duration
         return Arrivals(times[keep], src.input_tokens[keep], src.output_tokens[keep])
+
+    def _scaled(
+        self, rng: np.random.Generator, src: Arrivals, rel: FloatArray
+    ) -> tuple[Arrivals, FloatArray]:
+        span = float(rel[-1]) if len(rel) else 0.0
+        period = span + (span / max(len(rel) - 1, 1))  # wrap with one mean gap between end and start
+        whole, frac = divmod(self.rate_scale, 1.0)
+        parts: list[tuple[FloatArray, IntArray, IntArray]] = []
+        for copy in range(int(whole) + (1 if frac > 1e-12 else 0)):
+            times = rel if copy == 0 else (rel + rng.uniform(-1.0, 1.0) * self.scale_window_s) % period
+            ins, outs = src.input_tokens, src.output_tokens
+            if copy == int(whole):  # the fractional copy (the original itself when the scale is < 1)
+                keep = rng.uniform(size=len(times)) < frac
+                times, ins, outs = times[keep], ins[keep], outs[keep]
+            parts.append((times, ins, outs))
+        times = np.concatenate([p[0] for p in parts])
+        order = np.argsort(times, kind="stable")
+        merged = Arrivals(
+            times[order],
+            np.concatenate([p[1] for p in parts])[order],
+            np.concatenate([p[2] for p in parts])[order],
+        )
+        return merged, merged.times
+
+
+def longer_than(arrivals: Arrivals, limit: int) -> int:
+    """How many requests need more than ``limit`` tokens (prompt + output): a replica rejects them."""
+    return int(np.count_nonzero(arrivals.input_tokens + arrivals.output_tokens > limit))
 
 
 def generate_arrivals(traffic: GeneratedTraffic, rng: np.random.Generator, duration: float) -> Arrivals:
@@ -479,29 +534,47 @@ _OUTPUT_COLUMNS = (
 )
 
 
-def _pick(header: Sequence[str], wanted: str | None, candidates: Sequence[str], what: str) -> int:
+def _pick(
+    header: Sequence[str],
+    wanted: str | None,
+    candidates: Sequence[str],
+    what: str,
+    *,
+    where: str = "trace",
+    kind: str = "column",
+) -> int:
     norm = [h.strip().lower() for h in header]
     if wanted is not None:
         key = wanted.strip().lower()
         if key not in norm:
-            raise ConfigError(f"trace has no column {wanted!r} (columns: {', '.join(header)})")
+            raise ConfigError(f"{where} has no {kind} {wanted!r} ({kind}s: {', '.join(header)})")
         return norm.index(key)
     for cand in candidates:
         if cand in norm:
             return norm.index(cand)
     raise ConfigError(
-        f"trace has no {what} column (looked for {', '.join(candidates)}; columns: {', '.join(header)}); "
+        f"{where} has no {what} {kind} (looked for {', '.join(candidates)}; {kind}s: {', '.join(header)}); "
         f"name it with the trace's column options"
     )
 
 
-def _parse_time(raw: str, line: int) -> tuple[float, bool]:
+def _parse_time(raw: object, line: int) -> tuple[float, bool]:
     """The timestamp in seconds, and whether it was a date-time (already in seconds)."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        if not math.isfinite(raw):
+            raise ConfigError(f"trace line {line}: timestamp {raw!r} is not a finite number")
+        return float(raw), False
+    if not isinstance(raw, str):
+        raise ConfigError(f"trace line {line}: timestamp {raw!r} is neither a number nor ISO-8601")
     text = raw.strip()
     try:
-        return float(text), False
+        value = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise ConfigError(f"trace line {line}: timestamp {raw!r} is not a finite number")
+        return value, False
     # ISO-8601 date-times, including the Azure LLM traces' 7-digit fractions ("…46.6805900").
     head, dot, frac = text.partition(".")
     try:
@@ -524,59 +597,46 @@ def read_trace(
     time_column: str | None = None,
     input_column: str | None = None,
     output_column: str | None = None,
-    time_unit_s: float = 1.0,
+    time_unit_s: float | None = None,
 ) -> Arrivals:
-    """Read a CSV trace with a header row.
+    """Read a trace: CSV with a header row, or JSON lines (one object per request).
 
-    Columns are found by name (case-insensitive): a timestamp (``timestamp``, ``time``, … or the name
-    given), input tokens (``input_tokens``, Azure's ``ContextTokens``, BurstGPT's ``Request tokens``, …)
-    and output tokens (``output_tokens``, ``GeneratedTokens``, ``Response tokens``, …). Timestamps are
-    numbers (multiplied by ``time_unit_s``, e.g. 0.001 for milliseconds) or ISO-8601 date-times. Rows
-    are sorted by time and made relative to the first. Rows with zero output tokens are kept with one
-    output token (a request always produces at least one). Malformed rows raise ``ConfigError``
-    naming the line.
+    Columns (fields) are found by name (case-insensitive): a timestamp (``timestamp``, ``time``, … or
+    the name given), input tokens (``input_tokens``, Azure's ``ContextTokens``, BurstGPT's ``Request
+    tokens``, Mooncake's ``input_length``, …) and output tokens (``output_tokens``, ``GeneratedTokens``,
+    ``Response tokens``, ``output_length``, …). Timestamps are numbers (multiplied by ``time_unit_s``:
+    default 1 for CSV, 0.001 for JSON lines, whose Mooncake traces count milliseconds) or ISO-8601
+    date-times. A file is read as JSON lines when its name ends in ``.jsonl`` or ``.ndjson`` or its first
+    non-blank character is ``{``. Rows are sorted by time and made relative to the first. Rows with zero
+    output tokens are kept with one output token (a request always produces at least one). Malformed
+    rows raise ``ConfigError`` naming the line.
     """
     p = Path(path)
     try:
         handle = p.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read trace {p}: {exc.strerror or exc}") from None
-    times: list[float] = []
-    dated = False
-    ins: list[int] = []
-    outs: list[int] = []
     with handle:
-        reader = csv.reader(handle)
         try:
-            header = next(reader)
-        except StopIteration:
-            raise ConfigError(f"trace {p} is empty") from None
-        ti = _pick(header, time_column, _TIME_COLUMNS, "timestamp")
-        ii = _pick(header, input_column, _INPUT_COLUMNS, "input-token")
-        oi = _pick(header, output_column, _OUTPUT_COLUMNS, "output-token")
-        width = max(ti, ii, oi) + 1
-        for line, row in enumerate(reader, start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) < width:
-                raise ConfigError(f"trace {p} line {line}: expected at least {width} columns, got {len(row)}")
-            ts, is_date = _parse_time(row[ti], line)
-            if times and is_date != dated:
-                raise ConfigError(f"trace {p} line {line}: timestamps mix numbers and date-times")
-            dated = is_date
-            try:
-                n_in = int(float(row[ii]))
-                n_out = int(float(row[oi]))
-            except ValueError:
-                raise ConfigError(f"trace {p} line {line}: token counts must be integers") from None
-            if n_in < 0 or n_out < 0:
-                raise ConfigError(f"trace {p} line {line}: token counts must be >= 0")
-            times.append(ts)
-            ins.append(n_in)
-            outs.append(max(1, n_out))
+            head = handle.read(4096)
+        except UnicodeDecodeError:
+            raise ConfigError(f"trace {p} is not UTF-8 text (a CSV or JSON-lines file)") from None
+        handle.seek(0)
+        jsonl = p.suffix.lower() in (".jsonl", ".ndjson") or head.lstrip().startswith("{")
+        picks = (time_column, input_column, output_column)
+        try:
+            if jsonl:
+                rows = _jsonl_rows(p, handle, picks)
+                unit = 0.001 if time_unit_s is None else time_unit_s
+            else:
+                rows = _csv_rows(p, handle, picks)
+                unit = 1.0 if time_unit_s is None else time_unit_s
+            times, ins, outs, dated = _collect(p, rows)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"trace {p} is not UTF-8 text: {exc.reason}") from None
     if not times:
         return Arrivals.empty()
-    t = np.asarray(times, dtype=np.float64) * (1.0 if dated else time_unit_s)
+    t = np.asarray(times, dtype=np.float64) * (1.0 if dated else unit)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     return Arrivals(
@@ -584,3 +644,84 @@ def read_trace(
         np.asarray(ins, dtype=np.int64)[order],
         np.asarray(outs, dtype=np.int64)[order],
     )
+
+
+_Row = tuple[int, object, object, object]  # (line, timestamp, input tokens, output tokens)
+
+
+def _csv_rows(p: Path, handle: TextIO, picks: tuple[str | None, ...]) -> Iterator[_Row]:
+    reader = csv.reader(handle)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ConfigError(f"trace {p} is empty") from None
+    ti = _pick(header, picks[0], _TIME_COLUMNS, "timestamp")
+    ii = _pick(header, picks[1], _INPUT_COLUMNS, "input-token")
+    oi = _pick(header, picks[2], _OUTPUT_COLUMNS, "output-token")
+    width = max(ti, ii, oi) + 1
+    for line, row in enumerate(reader, start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < width:
+            raise ConfigError(f"trace {p} line {line}: expected at least {width} columns, got {len(row)}")
+        yield line, row[ti], row[ii], row[oi]
+
+
+def _jsonl_rows(p: Path, handle: TextIO, picks: tuple[str | None, ...]) -> Iterator[_Row]:
+    keys: tuple[str, str, str] | None = None
+    for line, text in enumerate(handle, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"trace {p} line {line}: not a JSON object ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(
+                f"trace {p} line {line}: expected a JSON object per line, got {type(obj).__name__}"
+            )
+        if keys is None:
+            fields = [str(k) for k in obj]
+            where = f"trace {p} line {line}"
+            keys = (
+                fields[_pick(fields, picks[0], _TIME_COLUMNS, "timestamp", where=where, kind="field")],
+                fields[_pick(fields, picks[1], _INPUT_COLUMNS, "input-token", where=where, kind="field")],
+                fields[_pick(fields, picks[2], _OUTPUT_COLUMNS, "output-token", where=where, kind="field")],
+            )
+        missing = [k for k in keys if k not in obj]
+        if missing:
+            raise ConfigError(f"trace {p} line {line}: missing field {missing[0]!r}")
+        yield line, obj[keys[0]], obj[keys[1]], obj[keys[2]]
+
+
+def _collect(p: Path, rows: Iterator[_Row]) -> tuple[list[float], list[int], list[int], bool]:
+    times: list[float] = []
+    ins: list[int] = []
+    outs: list[int] = []
+    dated = False
+    for line, raw_t, raw_in, raw_out in rows:
+        ts, is_date = _parse_time(raw_t, line)
+        if times and is_date != dated:
+            raise ConfigError(f"trace {p} line {line}: timestamps mix numbers and date-times")
+        dated = is_date
+        n_in, n_out = _tokens(raw_in), _tokens(raw_out)
+        if n_in is None or n_out is None:
+            raise ConfigError(f"trace {p} line {line}: token counts must be integers")
+        if n_in < 0 or n_out < 0:
+            raise ConfigError(f"trace {p} line {line}: token counts must be >= 0")
+        times.append(ts)
+        ins.append(n_in)
+        outs.append(max(1, n_out))
+    return times, ins, outs, dated
+
+
+def _tokens(raw: object) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    try:
+        value = float(raw) if isinstance(raw, float | str) else math.nan
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) else None
