@@ -25,6 +25,8 @@ BENCHMARKS: tuple[str, ...] = (
     "plan_file",
     "emulator",
     "fidelity",
+    "tail",
+    "forecast",
     "operator_scale",
     "policies",
 )
