@@ -198,19 +198,25 @@ def _lundberg(lam: FloatArray, mu: float, a: FloatArray | float, d: FloatArray |
     def g(th: FloatArray) -> FloatArray:
         return lam * np.expm1(a_ * th) / a_ + mu * np.expm1(-d_ * th) / d_  # type: ignore[no-any-return]
 
+    # The root where a = d (exact: e^{aθ} = μ/λ), a close start otherwise.
+    theta = np.log(mu / lam) * (2.0 / (a_ + d_))
+    if np.all(a_ == d_):
+        return theta  # type: ignore[no-any-return]
     # Convex in θ with g(0) = 0 and g'(0) = λ − μ < 0: Newton from a point where g > 0 converges
     # monotonically to the positive root.
-    theta = 2.0 * (mu - lam) / (lam * a_ + mu * d_)
+    value = g(theta)
     for _ in range(64):
-        low = g(theta) <= 0.0
+        low = value <= 0.0
         if not low.any():
             break
-        theta = np.where(low, theta * 2.0, theta)
+        theta = np.where(low, theta * 1.5, theta)
+        value = g(theta)
     for _ in range(60):
-        step = g(theta) / (lam * np.exp(a_ * theta) - mu * np.exp(-d_ * theta))
+        step = value / (lam * np.exp(a_ * theta) - mu * np.exp(-d_ * theta))
         theta = theta - step
         if np.all(np.abs(step) <= 1e-12 * theta):
             break
+        value = g(theta)
     return theta  # type: ignore[no-any-return]
 
 
@@ -535,26 +541,24 @@ class TailModel:
 
     def _search(self, targets: TailTargets, lam_lo: float, lam_hi: float) -> float | str | None:
         """The largest λ in [lam_lo, lam_hi] with excess(λ) <= 1 (the shares grow with λ), None when the
-        top of the range is within, or why even the bottom is not. A grid in log(μ_N − λ) (dense near
-        saturation, where answers lie), finer grids in the bracket, then a secant step on log(excess)."""
-        mu_n = float(self._mu[-1])
-        grid = mu_n - np.exp(np.linspace(math.log(mu_n - lam_lo), math.log(mu_n - lam_hi), 16))
+        top of the range is within, or why even the bottom is not. A grid over the range, then finer
+        grids in the bracket (one vectorised evaluation each) until it is :data:`_RATE_TOLERANCE` wide,
+        then a secant step on log(excess)."""
+        grid = np.linspace(lam_lo, lam_hi, 16)
         ex = self._excess(grid, targets)
         if ex[0] > 1.0:
             return self._unreachable(targets)
         if ex[-1] <= 1.0:
             return None
-        lo, hi, f_lo, f_hi = lam_lo, lam_hi, 0.0, float(ex[-1])
-        for _ in range(3):
-            k = int(np.argmax(ex > 1.0))
-            if k > 0:
-                lo, f_lo = float(grid[k - 1]), float(ex[k - 1])
-            hi, f_hi = float(grid[k]), float(ex[k])
+        lo = hi = f_lo = f_hi = 0.0
+        for _ in range(12):
+            k = int(np.argmax(ex > 1.0))  # >= 1: the first point is within
+            lo, hi, f_lo, f_hi = float(grid[k - 1]), float(grid[k]), float(ex[k - 1]), float(ex[k])
             if hi - lo <= _RATE_TOLERANCE * hi:
                 break
-            grid = np.exp(np.linspace(math.log(lo), math.log(hi), 8)[1:-1])
-            ex = self._excess(grid, targets)
-            grid, ex = np.concatenate(([lo], grid, [hi])), np.concatenate(([f_lo], ex, [f_hi]))
+            inner = np.linspace(lo, hi, 12)[1:-1]
+            grid = np.concatenate(([lo], inner, [hi]))
+            ex = np.concatenate(([f_lo], self._excess(inner, targets), [f_hi]))
         if 0 < f_lo < 1.0 < f_hi:  # a secant step on log(excess) vs log(λ), kept inside the bracket
             t = -math.log(f_lo) / (math.log(f_hi) - math.log(f_lo))
             lam = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))

@@ -106,8 +106,9 @@ class TokenLengths:
         """An exponential length with that mean (the analyzer's implicit assumption)."""
         m = _number("mean", mean)
         levels = np.array(DEFAULT_LEVELS)
-        q = -m * np.log1p(-np.minimum(levels, 1.0 - 1e-5))
-        return cls(tuple(q.tolist()), DEFAULT_LEVELS)
+        q = -np.log1p(-np.minimum(levels, 1.0 - 1e-5))
+        shape = cls(tuple(q.tolist()), DEFAULT_LEVELS)
+        return cls(tuple((q * (m / shape.mean)).tolist()), DEFAULT_LEVELS)  # the mean exactly
 
     @classmethod
     def from_histogram(
