@@ -5,9 +5,10 @@ takes effect, so a plan must cover the load up to ``start-up + interval`` ahead.
 an upper quantile of the *largest* per-interval rate in that horizon:
 
 * **Point forecast**: Holt's linear trend on the log of the rate (log: bursts and diurnal swings are
-  multiplicative, and a forecast never goes negative), with optional seasonality as a few Fourier
-  harmonics of a known period (e.g. a day) learnt online; the horizon's point forecast is the largest of
-  the per-step forecasts.
+  multiplicative, and a forecast never goes negative); the horizon's point forecast is the largest of
+  the per-step forecasts. There is no seasonal term: over a horizon of minutes the level and trend
+  follow a daily cycle (see ``bench/forecast.py``), and a seasonal term learnt beside a level this quick
+  is not identifiable (it drifts while the level compensates).
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
   ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
@@ -49,9 +50,6 @@ class ForecastConfig:
     quantile: float = 0.9
     alpha: float = 0.5
     beta: float = 0.1
-    season_s: float = 0.0
-    harmonics: int = 2
-    gamma: float = 0.05
     history: int = 240
     min_history: int = 20
     default_margin: float = 0.3
@@ -62,11 +60,11 @@ class ForecastConfig:
             raise ModelError("the forecast's interval and horizon must be > 0")
         if not 0.0 < self.quantile < 1.0:
             raise ModelError(f"the forecast quantile must be in (0, 1), got {self.quantile:g}")
-        for name in ("alpha", "beta", "gamma"):
+        for name in ("alpha", "beta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ModelError(f"the forecast's {name} must be in [0, 1]")
-        if self.season_s < 0 or self.harmonics < 0 or self.history < 1 or self.min_history < 1:
-            raise ModelError("season_s, harmonics, history and min_history must be positive")
+        if self.history < 1 or self.min_history < 1:
+            raise ModelError("the forecast's history and min_history must be >= 1")
         if not self.floor > 0 or self.default_margin < 0:
             raise ModelError("the forecast's floor must be > 0 and its default margin >= 0")
 
@@ -78,13 +76,12 @@ class ForecastConfig:
 
 @dataclass(frozen=True, slots=True)
 class ForecastState:
-    """The forecaster's memory: Holt's level and trend (log req/s, per step), the seasonal harmonics'
-    coefficients, the step count, the horizon forecasts still waiting for their outcome, the latest log
-    rates, and the last errors. Small: a few hundred numbers at most."""
+    """The forecaster's memory: Holt's level and trend (log req/s, per step), the step count, the horizon
+    forecasts still waiting for their outcome, the latest log rates, and the last errors. Small: a few
+    hundred numbers at most."""
 
     level: float | None = None
     trend: float = 0.0
-    seasonal: tuple[float, ...] = ()
     step: int = 0
     pending: tuple[float, ...] = ()  # forecasts of the horizon's largest log rate, oldest first
     recent: tuple[float, ...] = ()  # the latest log rates, oldest first
@@ -99,7 +96,6 @@ class ForecastState:
         return {
             "level": None if self.level is None else float(f"{self.level:.6g}"),
             "trend": float(f"{self.trend:.6g}"),
-            "seasonal": r(self.seasonal),
             "step": self.step,
             "pending": r(self.pending),
             "recent": r(self.recent),
@@ -113,7 +109,6 @@ class ForecastState:
             return cls(
                 level=None if level is None else float(level),
                 trend=float(data.get("trend", 0.0)),
-                seasonal=tuple(float(v) for v in data.get("seasonal", ())),
                 step=int(data.get("step", 0)),
                 pending=tuple(float(v) for v in data.get("pending", ())),
                 recent=tuple(float(v) for v in data.get("recent", ())),
@@ -134,28 +129,11 @@ class Forecast:
     errors: int
 
 
-def _basis(config: ForecastConfig, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """The seasonal harmonics' values at ``step`` (cos, sin pairs)."""
-    if config.season_s <= 0 or config.harmonics == 0:
-        return np.zeros(0)
-    phase = 2.0 * math.pi * step * config.interval_s / config.season_s
-    k = np.arange(1, config.harmonics + 1)
-    return np.concatenate((np.cos(k * phase), np.sin(k * phase)))
-
-
-def _season(config: ForecastConfig, state: ForecastState, step: int) -> float:
-    if not state.seasonal:
-        return 0.0
-    return float(np.dot(state.seasonal, _basis(config, step)))
-
-
 def _horizon_point(config: ForecastConfig, state: ForecastState) -> float:
     """The largest per-step point forecast (log req/s) over the next ``config.steps`` steps."""
     assert state.level is not None
-    return max(
-        state.level + k * state.trend + _season(config, state, state.step + k)
-        for k in range(1, config.steps + 1)
-    )
+    # Over the horizon the largest of level + k·trend: its first or its last step.
+    return state.level + max(state.trend, config.steps * state.trend)
 
 
 def update(state: ForecastState, rate: float, config: ForecastConfig) -> ForecastState:
@@ -172,20 +150,11 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
         errors = (*errors, max(recent) - pending[0])[-config.history :]
         pending = pending[1:]
     if state.level is None:
-        n = 2 * config.harmonics if config.season_s > 0 else 0
-        fresh = ForecastState(y, 0.0, (0.0,) * n, step, (), recent, errors)
+        fresh = ForecastState(y, 0.0, step, (), recent, errors)
         return replace(fresh, pending=(_horizon_point(config, fresh),))
-    season = _season(config, state, step)
-    predicted = state.level + state.trend + season
-    level = config.alpha * (y - season) + (1.0 - config.alpha) * (state.level + state.trend)
+    level = config.alpha * y + (1.0 - config.alpha) * (state.level + state.trend)
     trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
-    seasonal = state.seasonal
-    if seasonal:
-        # One least-mean-squares step of the harmonics towards what the level left unexplained.
-        basis = _basis(config, step)
-        residual = y - predicted
-        seasonal = tuple((np.array(seasonal) + config.gamma * residual * basis).tolist())
-    new = ForecastState(level, trend, seasonal, step, pending, recent, errors)
+    new = ForecastState(level, trend, step, pending, recent, errors)
     return replace(new, pending=(*pending, _horizon_point(config, new))[-h:])
 
 
