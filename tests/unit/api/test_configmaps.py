@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.configmaps import (
+    parse_accelerator_costs,
+    parse_queueing_model_slo,
+    parse_service_classes,
+)
 from variant_autoscaler.core.model import AcceleratorType, ModelTarget, ServiceClass, find_service_class
 from variant_autoscaler.errors import ConfigError
 
@@ -134,3 +138,45 @@ def test_model_lookup_prefers_the_highest_priority_class() -> None:
     found = find_service_class(classes, "m")
     assert found is not None and found[0].name == "High"
     assert find_service_class(classes, "other") is None
+
+
+def test_attainment_targets_in_a_service_class() -> None:
+    doc = """
+name: Premium
+priority: 1
+data:
+  - {model: a, slo-tpot: 24, slo-ttft: 500}
+  - {model: b, slo-tpot: 24, slo-ttft: 500, slo-attainment: 99}
+  - {model: c, slo-tpot: 24, slo-ttft: 500, slo-ttft-percentile: "95%", slo-tpot-percentile: 99.5}
+"""
+    parsed = parse_service_classes({"premium.yaml": doc}, strict=True)
+    a, b, c = (parsed.classes[0].target(m) for m in "abc")
+    assert a is not None and b is not None and c is not None
+    assert not a.slo.is_tail  # says nothing: WVA's mean meaning
+    assert b.slo.attainment == 99.0 and b.slo.is_tail
+    assert (c.slo.ttft_percentile, c.slo.itl_percentile, c.slo.attainment) == (95.0, 99.5, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("slo-attainment", "100", "slo-attainment must be between 0 and 100"),
+        ("slo-tpot-percentile", "-5", "slo-tpot-percentile"),
+        ("slo-attainment", "most", "is not a number"),
+    ],
+)
+def test_bad_attainment_targets_are_named(field: str, value: str, message: str) -> None:
+    doc = f"name: X\npriority: 1\ndata:\n  - {{model: m, slo-tpot: 24, slo-ttft: 500, {field}: {value!r}}}\n"
+    parsed = parse_service_classes({"x.yaml": doc})
+    assert parsed.classes == () and message in parsed.problems[0]
+
+
+def test_queueing_model_entries_with_shares() -> None:
+    slo = parse_queueing_model_slo(
+        "wva-queueing-model-config[m]",
+        {"model_id": "m", "targetTTFT": 1000, "targetITL": "50", "attainment": 99},
+    )
+    assert (slo.ttft, slo.itl, slo.attainment, slo.ttft_percentile) == (1000.0, 50.0, 99.0, 0.0)
+    assert not parse_queueing_model_slo("x", {"targetTTFT": 1000, "targetITL": 50}).is_tail
+    with pytest.raises(ConfigError, match=r"x\.targetITLPercentile"):
+        parse_queueing_model_slo("x", {"targetTTFT": 1000, "targetITLPercentile": 120})
