@@ -130,13 +130,21 @@ def scenario_notes(scenario: Scenario) -> list[str]:
                 )
         traffic = model.traffic
         if isinstance(traffic, TraceTraffic) and traffic.end_s < scenario.duration_s:
-            idle = scenario.duration_s - traffic.end_s
             notes.append(
-                f"note: model {model.model_id}: its trace ends at {traffic.end_s / 60:.1f} min of the "
-                f"{scenario.duration_s / 60:.1f} min run; the last {idle / 60:.1f} min have no requests from "
-                "it (shorten --duration, or lower speedup / raise rateScale)"
+                f"note: model {model.model_id}: its trace ends at {_span(traffic.end_s)} of the "
+                f"{_span(scenario.duration_s)} run; the last {_span(scenario.duration_s - traffic.end_s)} "
+                "have no requests from it (shorten --duration, or lower the trace's speedup)"
             )
     return notes
+
+
+def _span(seconds: float) -> str:
+    """A duration as people read it: ``45 s``, ``12.5 min``, ``2.25 h``."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -98,3 +98,51 @@ def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "unknown policy 'magic'" in capsys.readouterr().err
     assert main(["simulate", "-f", str(small_file(tmp_path)), "--duration", "soon"]) == 2
     assert "--duration" in capsys.readouterr().err
+
+
+def test_unknown_policies_name_every_valid_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from variant_autoscaler.sim.runner import EXPERIMENTS, POLICY_NAMES
+
+    assert main(["simulate", "-f", str(small_file(tmp_path)), "--policies", "ours,magic"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert all(name in err for name in (*POLICY_NAMES, *EXPERIMENTS))
+    assert main(["simulate", "-f", str(small_file(tmp_path)), "--policies", ","]) == 2
+    assert "name at least one" in capsys.readouterr().err
+
+
+def _trace_scenario(tmp_path: Path, lines: list[str], **model: object) -> Path:
+    (tmp_path / "trace.jsonl").write_text("".join(lines))
+    doc = yaml.safe_load(small_file(tmp_path).read_text())
+    doc["models"][0]["traffic"] = {"trace": {"path": "trace.jsonl"}}
+    doc["models"][0].update(model)
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_over_long_requests_and_a_short_trace_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [
+        f'{{"timestamp": {1000 * i}, "input_length": {9000 if i % 5 == 0 else 300}, "output_length": 20}}\n'
+        for i in range(60)
+    ]
+    path = _trace_scenario(tmp_path, lines, maxModelLen=8192)
+    out = tmp_path / "report.json"
+    code = main(["simulate", "-f", str(path), "--policies", "static", "--format", "json", "-o", str(out)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "12 of 60 requests" in err and "8,192 tokens" in err and "dropped as rejected" in err
+    assert "its trace ends at 59 s of the 3 min run" in err
+    report = json.loads(out.read_text())
+    assert report["policies"]["static"]["dropped"]["rejected"] == 12
+
+
+def test_a_malformed_json_lines_trace_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _trace_scenario(tmp_path, ['{"timestamp": 0, "input_length": 3, "output_length": 2}\n', "oops\n"])
+    assert main(["simulate", "-f", str(path), "--policies", "static"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "line 2: not a JSON object" in err

@@ -184,3 +184,25 @@ def test_a_class_entry_may_set_a_ttft_percentile() -> None:
     doc["serviceClasses"][0]["data"][0]["slo-ttft-percentile"] = 100
     with pytest.raises(ConfigError, match="slo-ttft-percentile"):
         parse_scenario(doc)
+
+
+def test_trace_rate_scale_time_unit_and_max_model_len(tmp_path: Path) -> None:
+    (tmp_path / "mc.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+        '{"timestamp": 1500, "input_length": 20, "output_length": 6}\n'
+    )
+    doc = minimal()
+    doc["models"][0]["traffic"] = {"trace": {"path": "mc.jsonl", "rateScale": 3, "scaleWindow": "2m"}}
+    doc["models"][0]["maxModelLen"] = 4096
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    model = load_scenario(path).models[0]
+    traffic = model.traffic
+    assert isinstance(traffic, TraceTraffic)
+    assert traffic.rate_scale == 3.0 and traffic.scale_window_s == 120.0
+    assert traffic.arrivals_in_trace.times.tolist() == [0.0, 1.5]  # JSON lines count milliseconds
+    assert all(p.max_model_len == 4096 for p in model.profiles)
+    doc["models"][0]["maxModelLen"] = 1
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="maxModelLen"):
+        load_scenario(path)

@@ -22,6 +22,7 @@ from variant_autoscaler.sim.traffic import (
     Sum,
     TraceTraffic,
     UniformLength,
+    longer_than,
     read_trace,
     rng_for,
 )
@@ -212,3 +213,90 @@ def test_trace_replay_speedup_offset_and_cut() -> None:
     assert arr.output_tokens.tolist() == [4, 5]
     assert len(Arrivals.empty()) == 0
     assert len(src.window(105.0, 200.0)) == 2
+
+
+MOONCAKE = (
+    '{"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}\n'
+    '{"timestamp": 30535, "input_length": 6472, "output_length": 26, "hash_ids": [46, 52]}\n'
+    "\n"
+    '{"timestamp": 28000, "input_length": 100, "output_length": 0, "hash_ids": []}\n'
+)
+
+
+def test_read_a_json_lines_trace_in_mooncakes_format(tmp_path: Path) -> None:
+    for name in ("trace.jsonl", "trace.txt"):  # by extension, or by content
+        path = tmp_path / name
+        path.write_text(MOONCAKE)
+        arr = read_trace(path)
+        assert arr.times.tolist() == pytest.approx([0.0, 0.518, 3.053])  # milliseconds by default
+        assert arr.input_tokens.tolist() == [6955, 100, 6472]
+        assert arr.output_tokens.tolist() == [52, 1, 26]
+    seconds = read_trace(tmp_path / "trace.jsonl", time_unit_s=1.0)
+    assert seconds.times[-1] == pytest.approx(3053.0)
+    named = tmp_path / "named.jsonl"
+    named.write_text('{"t": 1, "p": 2, "o": 3}\n{"t": 2, "p": 4, "o": 5}\n')
+    picked = read_trace(named, time_column="t", input_column="p", output_column="o")
+    assert picked.input_tokens.tolist() == [2, 4]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"timestamp": 1, "input_length": 2, "output_length": 3}\nnot json\n', "line 2: not a JSON object"),
+        (
+            '{"timestamp": 1, "input_length": 2, "output_length": 3}\n[1, 2]\n',
+            "line 2: expected a JSON object",
+        ),
+        ('{"timestamp": 1, "input_length": 2}\n', "line 1 has no output-token field"),
+        ('{"timestamp": 1, "input_length": 2, "output_length": 3}\n{"timestamp": 2}\n', "missing field"),
+        ('{"timestamp": "soon", "input_length": 2, "output_length": 3}\n', "line 1"),
+        ('{"timestamp": 1, "input_length": "many", "output_length": 3}\n', "integers"),
+        ('{"timestamp": 1, "input_length": true, "output_length": 3}\n', "integers"),
+    ],
+)
+def test_json_lines_errors_name_the_line_and_field(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_trace(path)
+
+
+def test_a_binary_file_is_not_a_trace(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_bytes(b"\xff\xfe\x00\x01" * 100)
+    with pytest.raises(ConfigError, match="UTF-8"):
+        read_trace(path)
+
+
+def _counts(times: np.ndarray, width: float, span: float) -> np.ndarray:  # type: ignore[type-arg]
+    return np.bincount((times // width).astype(int), minlength=int(span // width))[: int(span // width)]
+
+
+def test_rate_scale_keeps_the_shape_without_compressing_time() -> None:
+    rng = np.random.default_rng(1)
+    # A rate that doubles half-way through an hour.
+    times = np.sort(np.concatenate((rng.uniform(0, 1800, 3600), rng.uniform(1800, 3600, 7200))))
+    src = Arrivals(times, rng.integers(1, 100, len(times)), rng.integers(1, 100, len(times)))
+    base = _counts(TraceTraffic(src).arrivals(rng, 1e9).times, 600.0, 3600.0)
+    for scale in (0.5, 2.0, 2.5):
+        out = TraceTraffic(src, rate_scale=scale).arrivals(np.random.default_rng(2), 1e9)
+        assert len(out) == pytest.approx(scale * len(src), rel=0.03)
+        assert out.times[-1] <= times[-1] - times[0] + 1.0  # the span is kept: no compression
+        scaled = _counts(out.times, 600.0, 3600.0)
+        assert scaled / base == pytest.approx(np.full(6, scale), rel=0.1)  # the same shape, ×scale
+        # Each request keeps its own lengths: every (input, output) pair comes from the trace.
+        pairs = set(zip(src.input_tokens.tolist(), src.output_tokens.tolist(), strict=True))
+        assert set(zip(out.input_tokens.tolist(), out.output_tokens.tolist(), strict=True)) <= pairs
+    again = TraceTraffic(src, rate_scale=2.5).arrivals(np.random.default_rng(2), 1e9)
+    assert (
+        again.times.tolist()
+        == TraceTraffic(src, rate_scale=2.5).arrivals(np.random.default_rng(2), 1e9).times.tolist()
+    )
+    with pytest.raises(ConfigError, match="rateScale"):
+        TraceTraffic(src, rate_scale=0.0)
+
+
+def test_trace_end_and_longer_than() -> None:
+    src = Arrivals(np.array([10.0, 20.0, 50.0]), np.array([100, 30_000, 10]), np.array([10, 5_000, 1]))
+    assert TraceTraffic(src, speedup=2.0, offset_s=5.0).end_s == pytest.approx(25.0)
+    assert longer_than(src, 32_768) == 1 and longer_than(src, 11) == 2
