@@ -8,10 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
 from localcluster import Binaries, PrometheusServer, wait_for
 from localcluster.net import free_port
 from localcluster.procs import Supervisor
-
 from variant_autoscaler.adapters.burstiness import build_tail_queries
 
 

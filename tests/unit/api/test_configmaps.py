@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from variant_autoscaler.api.configmaps import (
-    parse_accelerator_costs,
-    parse_queueing_model_slo,
-    parse_service_classes,
-)
+from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.queueing_config import parse_queueing_config
 from variant_autoscaler.core.model import AcceleratorType, ModelTarget, ServiceClass, find_service_class
 from variant_autoscaler.errors import ConfigError
 
@@ -172,11 +169,18 @@ def test_bad_attainment_targets_are_named(field: str, value: str, message: str) 
 
 
 def test_queueing_model_entries_with_shares() -> None:
-    slo = parse_queueing_model_slo(
-        "wva-queueing-model-config[m]",
-        {"model_id": "m", "targetTTFT": 1000, "targetITL": "50", "attainment": 99},
+    cfg = parse_queueing_config(
+        {
+            "default": "sloMultiplier: 3\n",
+            "m": "model_id: m\nnamespace: ns\ntargetTTFT: 1000\ntargetITL: 50\nattainment: 99\n",
+            "p": "model_id: p\nnamespace: ns\ntargetTTFT: 800\ntargetITL: 40\ntargetTTFTPercentile: 95\n",
+            "bad": "model_id: b\nnamespace: ns\ntargetTTFT: 1\ntargetITL: 1\ntargetITLPercentile: 100\n",
+        }
     )
-    assert (slo.ttft, slo.itl, slo.attainment, slo.ttft_percentile) == (1000.0, 50.0, 99.0, 0.0)
-    assert not parse_queueing_model_slo("x", {"targetTTFT": 1000, "targetITL": 50}).is_tail
-    with pytest.raises(ConfigError, match=r"x\.targetITLPercentile"):
-        parse_queueing_model_slo("x", {"targetTTFT": 1000, "targetITLPercentile": 120})
+    m = cfg.slo_for("m", "ns")
+    assert m is not None and (m.ttft, m.itl, m.attainment, m.ttft_percentile) == (1000.0, 50.0, 99.0, 0.0)
+    assert m.slo.is_tail
+    p = cfg.slo_for("p", "ns")
+    assert p is not None and p.slo.ttft_percentile == 95.0
+    assert any("targetITLPercentile" in problem for problem in cfg.problems)
+    assert cfg.slo_for("b", "ns") is None  # the entry was skipped
