@@ -120,29 +120,16 @@ def min_replicas(
     kv_cache_tokens: int | None = None,
     limit: int = 100_000,
 ) -> int:
-    """The fewest replicas whose share of ``rate`` (req/s, split evenly) each meets ``targets``; a replica
-    receiving a share sees the stream's burstiness thinned to it."""
+    """The fewest replicas whose even shares of ``rate`` (req/s) each meet ``targets``. The model reads
+    the stream's burstiness thinned to whatever rate it analyses, so the largest rate per replica does
+    not depend on the count and the answer is ``ceil(rate / max rate per replica)``."""
     if rate <= 0:
         return 0
-
-    def fits(replicas: int) -> bool:
-        share = rate / replicas
-        model = TailModel(parms, max_batch, lengths, burstiness.split(share), kv_cache_tokens=kv_cache_tokens)
-        return share <= model.max_rate(targets).max_rate
-
-    # Thinning only helps, so the count with the stream's full burstiness is an upper bound.
-    whole = TailModel(parms, max_batch, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
-    hi = max(1, math.ceil(rate / whole.max_rate(targets).max_rate))
-    if hi > limit:
+    model = TailModel(parms, max_batch, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
+    needed = math.ceil(rate / model.max_rate(targets).max_rate - 1e-9)
+    if needed > limit:
         raise InfeasibleError(f"{rate:.4g} req/s needs more than {limit:,} replicas")
-    lo = 1
-    while lo < hi:  # the fewest that fit, by bisection (fits is monotone in the count)
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi
+    return max(needed, 1)
 
 
 def plan_trace(
@@ -197,7 +184,7 @@ def plan_trace(
             targets=targets,
             kv_cache_tokens=kv_cache_tokens,
         )
-        idc = TailModel(parms, max_batch, lengths, bursts.split(rate / replicas)).arrival_idc(rate / replicas)
+        idc = TailModel(parms, max_batch, lengths, bursts).arrival_idc(rate / replicas)
         plan.append(Interval(start, n, rate, idc, replicas, replicas * acc_count))
     return plan
 

@@ -34,14 +34,16 @@ Everything is pure: times in ms, rates in requests per second at the public surf
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from variant_autoscaler.core.analyzer import SLO, Load, Sizing
+from variant_autoscaler.core.analyzer import SLO, Load, Sizing, SizingOutcome
 from variant_autoscaler.core.queueing import (
     EPSILON,
     QueueAnalyzer,
@@ -65,11 +67,13 @@ __all__ = [
     "TailModel",
     "TailPrediction",
     "TailSize",
+    "TailSizingRequest",
     "TailTargets",
     "TokenLengths",
     "burstiness_from_times",
     "index_of_dispersion",
     "size_tail_allocation",
+    "size_tail_allocations",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -648,3 +652,56 @@ def size_tail_allocation(
         rho=at.rho,
         max_rate_per_replica=rate_star,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TailSizingRequest:
+    """The arguments of one :func:`size_tail_allocation` call: a
+    :class:`~variant_autoscaler.core.analyzer.SizingRequest` plus what the tail model reads."""
+
+    accelerator: str
+    unit_cost: float
+    acc_count: int
+    parms: ServiceParms
+    max_batch_size: int
+    load: Load
+    slo: SLO
+    min_replicas: int = 1
+    lengths: RequestLengths | None = None
+    burstiness: Burstiness | None = None
+    kv_cache_tokens: int | None = None
+
+
+def size_tail_allocations(requests: Sequence[TailSizingRequest]) -> list[SizingOutcome]:
+    """:func:`size_tail_allocation` for every request, in order: each entry the :class:`Sizing`, or the
+    :class:`InfeasibleError` / :class:`ModelError` that call raises (returned, not raised), as
+    :func:`~variant_autoscaler.core.analyzer.size_allocations` answers the candidate builder. Requests
+    with equal inputs are sized once."""
+    done: dict[TailSizingRequest, SizingOutcome] = {}
+    out: list[SizingOutcome] = []
+    for req in requests:
+        try:
+            known = done.get(req)
+        except TypeError:  # an unhashable field: size it anyway
+            known = None
+        if known is None:
+            try:
+                known = size_tail_allocation(
+                    accelerator=req.accelerator,
+                    unit_cost=req.unit_cost,
+                    acc_count=req.acc_count,
+                    parms=req.parms,
+                    max_batch_size=req.max_batch_size,
+                    load=req.load,
+                    slo=req.slo,
+                    lengths=req.lengths,
+                    burstiness=req.burstiness,
+                    min_replicas=req.min_replicas,
+                    kv_cache_tokens=req.kv_cache_tokens,
+                )
+            except (InfeasibleError, ModelError) as exc:
+                known = exc
+            with contextlib.suppress(TypeError):
+                done[req] = known
+        out.append(known)
+    return out

@@ -234,3 +234,26 @@ def test_size_tail_allocation_is_shaped_like_size_allocation() -> None:
     assert size_tail_allocation(**common, load=Load(0.0, 512.0, 256.0), slo=slo).replicas == 1
     with pytest.raises(ModelError):
         size_tail_allocation(**common, load=Load(600.0, 512.0, 256.0), slo=slo, min_replicas=-1)
+
+
+def test_the_batch_form_answers_each_request_in_order() -> None:
+    from variant_autoscaler.core.tail import TailSizingRequest, size_tail_allocations
+
+    load = Load(600.0, 512.0, 256.0)
+    ok = TailSizingRequest("A100", 40.0, 1, A100, 64, load, SLO(ttft=1000.0, itl=50.0, attainment=99.0))
+    bad = TailSizingRequest("A100", 40.0, 1, A100, 64, load, SLO(ttft=10.0, itl=50.0, attainment=99.0))
+    out = size_tail_allocations([ok, bad, ok])
+    assert isinstance(out[1], InfeasibleError)
+    assert (
+        out[0]
+        == out[2]
+        == size_tail_allocation(
+            accelerator="A100",
+            unit_cost=40.0,
+            acc_count=1,
+            parms=A100,
+            max_batch_size=64,
+            load=load,
+            slo=ok.slo,
+        )
+    )
