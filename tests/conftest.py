@@ -13,13 +13,22 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# Property tests explore new examples on every local run (and keep the failures they find in
+# .hypothesis/); in CI they run the same examples every time, so a run's result depends on the code only.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if _CI:
+    settings.load_profile("ci")
 
 # Fixtures for tests that talk to Kubernetes (hack/localcluster; docs/local-cluster.md).
 pytest_plugins = ["localcluster.pytest_plugin"]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("CI", "").lower() not in {"1", "true", "yes"}:
+    if not _CI:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter is not None else []

@@ -38,7 +38,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -311,13 +311,27 @@ def _server(
             s,
             delta * l_in,  # slope
             gamma + alpha * (l_out - 1.0),  # c0
-            delta * l_in + beta * (l_out - 1.0),  # c1
+            _slope_c1(gamma + alpha * (l_out - 1.0), delta * l_in + beta * (l_out - 1.0), n_max),  # c1
             inv_mu_1,
             inv_mu_n,
             EPSILON / inv_mu_1,  # lam_lo
             (1.0 - EPSILON) / inv_mu_n,  # lam_hi
         ),
     )
+
+
+_C1_RESOLUTION = 1e-9
+
+
+def _slope_c1(c0: Any, c1: Any, n_max: Any) -> Any:
+    """The service time's growth per request in the batch, ``c1`` of ``S = c0 + c1·n_eff``; 0 where it
+    is lost in the rounding of ``S`` (e.g. 1 + 1e-16 output tokens and no prefill slope), so that
+    ``n_eff = (S − c0)/c1`` never divides rounding noise by a negligible slope (the case WVA divides
+    0 by 0, handled by taking the mean number in service)."""
+    negligible = c1 * n_max <= _C1_RESOLUTION * (abs(c0) + c1 * n_max)
+    if isinstance(negligible, np.ndarray):
+        return np.where(negligible, 0.0, c1)
+    return 0.0 if negligible else c1
 
 
 class QueueAnalyzer:
@@ -1250,7 +1264,7 @@ class QueueBatch:
                 s=s,
                 slope=delta * l_in,
                 c0=gamma + alpha * (l_out - 1.0),
-                c1=delta * l_in + beta * (l_out - 1.0),
+                c1=_slope_c1(gamma + alpha * (l_out - 1.0), delta * l_in + beta * (l_out - 1.0), n),
                 inv_mu_1=inv_mu_1,
                 inv_mu_n=inv_mu_n,
                 lam_lo=EPSILON / inv_mu_1,

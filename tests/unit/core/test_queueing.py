@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -361,3 +362,16 @@ def test_size_agrees_with_the_tps_target_independent_of_its_value() -> None:
     """As in WVA, only the sign of the TPS target matters inside Size."""
     qa = upstream()
     assert qa.size(TargetPerf(tps=1.0)).max_rate == qa.size(TargetPerf(tps=1e9)).max_rate
+
+
+def test_a_negligible_decode_slope_is_not_divided_into_rounding_noise() -> None:
+    """1 + 2e-16 output tokens and no prefill slope: S = c0 + c1·n_eff with c1 ~ 4e-16, so
+    (S − c0)/c1 was rounding noise and ITL jumped between 1 and 4 ms with the rate (hypothesis found
+    it); the negligible slope is now treated as none, as for exactly one output token."""
+    qa = QueueAnalyzer(2, 20, ServiceParms(0, 2, 1, 0), RequestSize(1.0, 1.0000000000000002))
+    lo, hi = qa.rate_range
+    itls = [qa.analyze(lo + (hi - lo) * k / 200).itl for k in range(200)]
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(itls))  # non-decreasing with the rate
+    target = qa.analyze(hi / 2).itl * 1.0625
+    rate = qa.size(TargetPerf(itl=target)).rate_target_itl
+    assert qa.analyze(rate).itl == pytest.approx(target, rel=1e-6)
