@@ -1,4 +1,5 @@
-"""The ``variant-autoscaler`` command: ``run``, ``analyze``, ``plan``, ``simulate``, ``min-gpus``.
+"""The ``variant-autoscaler`` command: ``run``, ``analyze``, ``plan``, ``simulate``, ``min-gpus``,
+``profile``.
 
 Each sub-command lives in :mod:`variant_autoscaler.commands` as a module exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` (``args -> exit code``).
@@ -20,7 +21,7 @@ from typing import NoReturn
 from variant_autoscaler import __version__
 from variant_autoscaler.errors import VariantAutoscalerError
 
-COMMANDS: tuple[str, ...] = ("run", "analyze", "plan", "simulate", "min_gpus")
+COMMANDS: tuple[str, ...] = ("run", "analyze", "plan", "simulate", "min_gpus", "profile")
 
 
 class _Parser(argparse.ArgumentParser):
