@@ -203,7 +203,7 @@ class EstimatorConfig:
     drift_k: float = 3.0
     drift_rel: float = 0.08
     drift_cycles: int = 3
-    drift_keep: float = 0.1
+    drift_keep: float = 0.02
     established_points: float = 5.0
     min_decode_tokens: float = 20.0
     decode_tokens_half: float = 50.0
@@ -430,19 +430,21 @@ def _update_line(
         sums = sums.scaled(0.5 ** (elapsed / config.half_life_s))
 
     current = sums.solve(slope)
+    # Residuals against the current fit of the history (not the published values, which may still be
+    # walking towards it): the robust weights and the drift test judge the data, not the step limit.
     established = (
         current is not None
         and current.slope_identified
+        and current.slope is not None
         and current.points >= config.established_points
-        and intercept is not None
-        and slope is not None
     )
-    predicted: list[float] = []
     residuals: list[float] = []
     for x, y, _ in points:
-        yhat = intercept + slope * x if intercept is not None and slope is not None else y
+        if established and current is not None and current.slope is not None:
+            yhat = current.intercept + current.slope * x
+        else:
+            yhat = y
         yhat = yhat if yhat > 0 else y
-        predicted.append(yhat)
         residuals.append((y - yhat) / yhat)
 
     sigma = max(1.4826 * line.scale, 0.01)

@@ -237,7 +237,8 @@ class Sums:
         """The weighted least-squares line with non-negative parameters; None without data.
 
         The slope is fitted when the regressor has varied enough (coefficient of variation at least
-        :data:`MIN_SPREAD` and a standard error at most :data:`IDENTIFIED_SLOPE_RSE` of itself);
+        :data:`MIN_SPREAD`, and a standard error at most :data:`IDENTIFIED_SLOPE_RSE` of itself or an
+        impact at most :data:`MEDIUM_IMPACT`);
         otherwise it is ``prior_slope`` (``None`` if there is none) and only the intercept is fitted.
         """
         if self.n <= 0 or self.s0 <= 0:
@@ -252,12 +253,7 @@ class Sums:
         else:
             why = "noisy"
             full = self._solve_free(det)
-            if (
-                full is not None
-                and full.slope is not None
-                and full.slope_se is not None
-                and full.slope_se <= IDENTIFIED_SLOPE_RSE * full.slope
-            ):
+            if full is not None and _identified(full):
                 return full
         # Not identified: the intercept given the prior slope (or no slope at all).
         if prior_slope is None:
@@ -332,6 +328,16 @@ class Sums:
             x_sd=x_sd,
             y_mean=y_mean,
         )
+
+
+def _identified(solution: LineSolution) -> bool:
+    """A slope known to half its value, or whose uncertainty hardly moves the predictions (a slope
+    that is really about zero, say a decode time that does not grow with the batch)."""
+    if solution.slope is None or solution.slope_se is None:
+        return False
+    if solution.slope_se <= IDENTIFIED_SLOPE_RSE * solution.slope:
+        return True
+    return solution.slope_impact is not None and solution.slope_impact <= MEDIUM_IMPACT
 
 
 def _impact(se: float | None, scale: float, y_mean: float) -> float | None:
