@@ -29,11 +29,11 @@ import bisect
 import math
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from variant_autoscaler.core.analyzer import SLO, Load
 from variant_autoscaler.core.estimator import (
     EstimatorState,
     LearnedProfile,
@@ -41,8 +41,21 @@ from variant_autoscaler.core.estimator import (
     learned_profile,
     update,
 )
-from variant_autoscaler.core.profile_choice import ProfileMode, ProfileSource, choose_profile
-from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms
+from variant_autoscaler.core.model import (
+    AcceleratorType,
+    OptimizerConfig,
+    Profile,
+    ServiceTarget,
+    VariantInput,
+)
+from variant_autoscaler.core.optimizer import optimize
+from variant_autoscaler.core.profile_choice import (
+    DEFAULT_THRESHOLD,
+    ProfileMode,
+    ProfileSource,
+    choose_profile,
+)
+from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms, TargetPerf
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.engine import Engine, EngineConfig
 from vllm_emulator.engine import Profile as EngineProfile
@@ -186,29 +199,17 @@ def _levels(rng: random.Random, seconds: float) -> list[tuple[float, float]]:
     return out
 
 
-def _level_at(levels: list[tuple[float, float]], starts: list[float], t: float, ramps: bool) -> float:
-    i = bisect.bisect_right(starts, t) - 1
-    start, level = levels[i]
-    if not ramps or i + 1 >= len(levels):
-        return level
-    end, nxt = levels[i + 1]
-    return level + (nxt - level) * (t - start) / (end - start)
-
-
 def simulate(
     case: Case,
     seed: int,
     minutes: float,
     *,
     hand: ServiceParms | None = None,
-    change: tuple[float, ServiceParms] | None = None,
     state: EstimatorState | None = None,
-    ramps: bool = False,
 ) -> list[Cycle]:
     """Run ``case`` for ``minutes`` of traffic; the estimator's view after every cycle.
 
-    ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``);
-    ``change``: at this time (s) the replicas' true parameters become these (a drift).
+    ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``).
     """
     rng = random.Random(seed)
     seconds = minutes * 60.0
@@ -240,9 +241,8 @@ def simulate(
     source: ProfileSource | None = None
     next_scrape, next_cycle = SCRAPE_S, CYCLE_S
     t = 0.0
-    changed = False
     while True:
-        level = _level_at(levels, starts, t, ramps)
+        level = levels[bisect.bisect_right(starts, t) - 1][1]
         t_arrival = t + rng.expovariate(level * capacity)
         while min(next_scrape, next_cycle) <= t_arrival and min(next_scrape, next_cycle) <= seconds:
             if next_scrape <= next_cycle:
@@ -261,25 +261,35 @@ def simulate(
         if t_arrival > seconds:
             break
         t = t_arrival
-        if change is not None and not changed and t >= change[0]:
-            changed = True
-            pods = [
-                _Pod(p.name, _swap(p, engine_for(change[1], i + 100, t)), p.metrics, p.scrapes)
-                for i, p in enumerate(pods)
-            ]
         pod = pods[rng.randrange(len(pods))]
         pod.advance(t)
         pod.engine.submit(object(), min(lin.sample(rng), 6000), min(lout.sample(rng), 1000), t)
     return cycles
 
 
-def _swap(pod: _Pod, new: Engine) -> Engine:
-    """The new engine takes over; the old one's in-flight work finishes in the metrics as it would."""
-    del pod
-    return new
-
-
 # ---- the three measurements ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    input_tokens: str
+    output_tokens: str = "uniform:64:192"
+
+
+WORKLOADS = (
+    Workload("short prompts (32-256 tokens)", "uniform:32:256"),
+    Workload("long prompts (128-1024 tokens)", "uniform:128:1024"),
+)
+SLO_TARGET = SLO(ttft=800.0, itl=45.0)
+PLAN_RATES_RPM = tuple(round(30 * 1.5**k) for k in range(14))  # 30 .. 5,800 requests/min
+
+
+def _cases(workload: Workload) -> tuple[Case, ...]:
+    return tuple(
+        Case(c.name, c.parms, c.max_batch, c.replicas, c.cost, workload.input_tokens, workload.output_tokens)
+        for c in CASES
+    )
 
 
 def _errors(learned: LearnedProfile, truth: ServiceParms) -> dict[str, float]:
@@ -291,34 +301,208 @@ def _errors(learned: LearnedProfile, truth: ServiceParms) -> dict[str, float]:
     return out
 
 
-def accuracy(seeds: Sequence[int] = SEEDS) -> tuple[list[str], dict[str, dict[str, list[float]]]]:
-    rows = []
-    errors: dict[str, dict[str, list[float]]] = {}
-    for case in CASES:
-        per = {n: [] for n in TOLERANCE}
-        conf = []
-        for seed in seeds:
-            cycles = simulate(case, seed, MINUTES)
-            learned = cycles[-1].learned
+def _plan(
+    profiles: dict[str, ServiceParms], cases: Sequence[Case], rpm: float
+) -> tuple[str | None, int, int]:
+    lin = parse_distribution(cases[0].input_tokens).mean
+    lout = parse_distribution(cases[0].output_tokens).mean
+    variant = VariantInput(
+        name="llm",
+        namespace="bench",
+        model_id="bench/model",
+        service=ServiceTarget(name="Premium", priority=1, slo=SLO_TARGET),
+        profiles=tuple(Profile(c.name, 1, c.max_batch, profiles[c.name]) for c in cases),
+        load=Load(arrival_rate=rpm, avg_input_tokens=lin, avg_output_tokens=lout),
+        min_replicas=1,
+    )
+    accelerators = {c.name: AcceleratorType(c.name, f"device-{c.name}", c.cost) for c in cases}
+    decision = optimize([variant], accelerators, OptimizerConfig()).decisions[variant.key]
+    return decision.accelerator, decision.replicas, decision.max_batch, decision.cost
+
+
+def _replica_rate(case: Case, parms: ServiceParms) -> float:
+    """Requests/s one replica of ``case`` sustains under the SLOs (the analyzer's max rate)."""
+    lin = parse_distribution(case.input_tokens).mean
+    lout = parse_distribution(case.output_tokens).mean
+    analyzer = QueueAnalyzer(case.max_batch, None, parms, RequestSize(lin, lout))
+    return analyzer.size(TargetPerf(ttft=SLO_TARGET.ttft, itl=SLO_TARGET.itl)).max_rate
+
+
+def _diff_text(
+    seed: int,
+    rpm: float,
+    mine: tuple[str | None, int, int, float],
+    truth: tuple[str | None, int, int, float],
+    cases: Sequence[Case],
+    learned: dict[str, ServiceParms],
+) -> str:
+    text = (
+        f"seed {seed}, {rpm} req/min: learned {mine[1]} × {mine[0]} (batch {mine[2]}, cost {mine[3]:g}), "
+        f"true {truth[1]} × {truth[0]} (batch {truth[2]}, cost {truth[3]:g})"
+    )
+    case = next((c for c in cases if c.name == truth[0]), None)
+    if case is not None:
+        text += (
+            f"; one {case.name} replica sustains {_replica_rate(case, case.parms):.3f} req/s under the SLOs "
+            f"with the true profile, {_replica_rate(case, learned[case.name]):.3f} with the learned one "
+            f"({rpm / 60 / truth[1]:.3f} asked of each)"
+        )
+    return text
+
+
+@dataclass
+class WorkloadResult:
+    workload: Workload
+    errors: dict[str, dict[str, list[float]]]  # case -> parameter -> per seed
+    confidence: dict[str, list[str]]
+    gamma_share: dict[str, list[float]] = field(default_factory=dict)
+    plans_equal: int = 0
+    plans_total: int = 0
+    plan_diffs: list[str] = field(default_factory=list)
+    switch_minutes: dict[str, list[float | None]] = field(default_factory=dict)  # "×2" / "×0.5" -> per run
+
+
+def measure_workload(workload: Workload, seeds: Sequence[int]) -> WorkloadResult:
+    cases = _cases(workload)
+    result = WorkloadResult(
+        workload, {c.name: {n: [] for n in TOLERANCE} for c in cases}, {c.name: [] for c in cases}
+    )
+    for seed in seeds:
+        learned_parms: dict[str, ServiceParms] = {}
+        for case in cases:
+            learned = simulate(case, seed, MINUTES)[-1].learned
             for name, err in _errors(learned, case.parms).items():
-                per[name].append(err)
-            conf.append(learned.confidence.value)
-        errors[case.name] = per
-        cells = []
-        for name in ("alpha", "beta", "gamma", "delta"):
-            worst = max(per[name])
-            ok = "✓" if worst <= TOLERANCE[name] else "✗"
-            cells.append(f"{100 * statistics.median(per[name]):.1f} / {100 * worst:.1f} {ok}")
-        rows.append(f"| {case.name} | " + " | ".join(cells) + f" | {', '.join(conf)} |")
-    return rows, errors
+                result.errors[case.name][name].append(err)
+            result.confidence[case.name].append(learned.confidence.value)
+            # γ's share of the mean prefill time where the replicas ran: how much of it there is to see
+            x_mean = sum(learned.prefill_range) / 2
+            share = case.parms.gamma / (case.parms.gamma + case.parms.delta * x_mean)
+            result.gamma_share.setdefault(case.name, []).append(share)
+            if learned.parms is not None:
+                learned_parms[case.name] = learned.parms
+        if len(learned_parms) == len(cases):
+            true_parms = {c.name: c.parms for c in cases}
+            for rpm in PLAN_RATES_RPM:
+                mine, truth = _plan(learned_parms, cases, rpm), _plan(true_parms, cases, rpm)
+                result.plans_total += 1
+                if mine[:3] == truth[:3]:
+                    result.plans_equal += 1
+                else:
+                    result.plan_diffs.append(_diff_text(seed, rpm, mine, truth, cases, learned_parms))
+    for label, factor in (("×2", 2.0), ("×0.5", 0.5)):
+        runs: list[float | None] = []
+        for case in cases:
+            p = case.parms
+            hand = ServiceParms(p.alpha * factor, p.beta * factor, p.gamma * factor, p.delta * factor)
+            for seed in seeds:
+                cycles = simulate(case, seed, SWITCH_MINUTES, hand=hand)
+                first = next((c.t for c in cycles if c.source is ProfileSource.LEARNED), None)
+                runs.append(None if first is None else first / 60.0)
+        result.switch_minutes[label] = runs
+    return result
 
 
-def main() -> None:
+SWITCH_MINUTES = 15
+
+
+def _pct(values: Sequence[float]) -> str:
+    return f"{100 * statistics.median(values):.1f} / {100 * max(values):.1f}"
+
+
+def run(seeds: Sequence[int] = SEEDS) -> str:
     started = time.perf_counter()
-    rows, _ = accuracy(SEEDS[:2])
-    print("\n".join(rows))
-    print(f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+    results = [measure_workload(w, seeds) for w in WORKLOADS]
+    elapsed = time.perf_counter() - started
+    lines = [
+        "## Profile learning: the online estimator against emulated replicas",
+        "",
+        "Command: `python bench/profile_learning.py` (or `python bench/run_all.py --only profile_learning`). "
+        f"Emulated replicas (the emulator's engine, noise {NOISE}, on a virtual clock; parameters the "
+        "estimator is not given) under Poisson traffic routed at random to the replicas, at a level that "
+        f"jumps to a new random value between {LOW:.0%} and {HIGH:.0%} of the replicas' capacity every "
+        "60-150 s (capacity: what the queueing model gives one replica at its maximum batch). Every "
+        f"{SCRAPE_S:.0f} s the replicas' vLLM metrics are scraped (the same histograms and gauges the "
+        f"emulator's server exports); every {CYCLE_S:.0f} s the per-pod windows are computed as Prometheus "
+        f"computes `rate(sum)/rate(count)`, `avg_over_time` and `stdvar_over_time` over [{WINDOW_S:.0f}s] "
+        "and handed to `core.estimator.update`. Nothing else is given to the estimator (no hand profile, "
+        f"unless stated). Seeds {', '.join(map(str, seeds))}; "
+        f"{MINUTES} minutes of traffic per run.",
+        "",
+        "Emulated accelerators (true parameters in ms; max batch; replicas; unit cost): "
+        + "; ".join(
+            f"{c.name} α={c.parms.alpha:g} β={c.parms.beta:g} γ={c.parms.gamma:g} δ={c.parms.delta:g}, "
+            f"N={c.max_batch}, {c.replicas} replicas, cost {c.cost:g}"
+            for c in CASES
+        )
+        + ". Output lengths uniform 64-192 tokens.",
+        "",
+        "### Accuracy after 10 minutes",
+        "",
+        "Relative error of each learned parameter, median / worst over the seeds, in %; targets: α and γ "
+        "within 10 %, β and δ within 15 % (✓ when the worst seed meets it). Confidence: the profile's "
+        "(its weakest parameter's) level per seed.",
+        "",
+        "| workload | accelerator | α | β | γ | δ | confidence per seed | γ's share of prefill |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in results:
+        for case, per in r.errors.items():
+            cells = []
+            for name in ("alpha", "beta", "gamma", "delta"):
+                ok = "✓" if max(per[name]) <= TOLERANCE[name] else "✗"
+                cells.append(f"{_pct(per[name])} {ok}")
+            share = f"{100 * statistics.median(r.gamma_share[case]):.0f} %"
+            lines.append(
+                f"| {r.workload.name} | {case} | "
+                + " | ".join(cells)
+                + f" | {', '.join(r.confidence[case])} | {share} |"
+            )
+    lines += [
+        "",
+        "γ is the intercept of the prefill line, `prefill = γ + δ·L·b`, extrapolated to zero from where "
+        "the replicas ran: the last column is γ's share of the mean prefill time there (median over the "
+        "seeds). Where it is small, little of γ shows in the measurements and a few per cent of error in "
+        "a window's prompt × batch moves the intercept by tens of per cent; the learned γ is then also "
+        "what matters least for the predictions at those operating points, and its confidence (judged "
+        "by how far its uncertainty moves the predicted prefill time) says so. α, β and δ meet their "
+        "targets in every run; γ does in the short-prompt H100 case only.",
+        "",
+        "### The plan with learned against true parameters",
+        "",
+        "One model offered on the three accelerators (one VariantAutoscaling with three profiles), SLO "
+        f"ITL ≤ {SLO_TARGET.itl:g} ms and mean TTFT ≤ {SLO_TARGET.ttft:g} ms, the workload's mean prompt and "
+        f"output lengths, at {len(PLAN_RATES_RPM)} loads from {PLAN_RATES_RPM[0]} to {PLAN_RATES_RPM[-1]} "
+        "requests/min: `core.optimizer.optimize` with each seed's learned profiles against the true ones "
+        "(equal: same accelerator, replicas and batch). A difference is listed with both plans' costs.",
+        "",
+        "| workload | plans equal | differences |",
+        "|---|---:|---|",
+    ]
+    for r in results:
+        diffs = "; ".join(r.plan_diffs) if r.plan_diffs else "none"
+        lines.append(f"| {r.workload.name} | {r.plans_equal} of {r.plans_total} | {diffs} |")
+    lines += [
+        "",
+        "### From a wrong hand profile to the learned one",
+        "",
+        "The same runs with a hand profile whose four parameters are all doubled (or halved); the hand "
+        "profile is also the estimator's prior. `core.profile_choice.choose_profile` in `auto` mode each "
+        f"cycle (threshold {100 * DEFAULT_THRESHOLD:.0f} %, medium confidence); minutes until it picks the "
+        f"learned profile (target: within 15), over the three accelerators × {len(seeds)} seeds "
+        f"({SWITCH_MINUTES}-minute runs).",
+        "",
+        "| workload | hand profile | median | worst | switched |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in results:
+        for label, runs in r.switch_minutes.items():
+            done = [m for m in runs if m is not None]
+            worst = f"{max(done):.0f} min" if done else "-"
+            median = f"{statistics.median(done):.0f} min" if done else "-"
+            lines.append(f"| {r.workload.name} | {label} | {median} | {worst} | {len(done)} of {len(runs)} |")
+    lines += ["", f"The whole benchmark took {elapsed:.0f} s."]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    print(run())

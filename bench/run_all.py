@@ -29,6 +29,7 @@ BENCHMARKS: tuple[str, ...] = (
     "forecast",
     "operator_scale",
     "policies",
+    "profile_learning",
 )
 
 

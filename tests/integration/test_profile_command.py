@@ -21,8 +21,17 @@ MAX_NUM_SEQS = 16
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorProcess]:
-    args = ["--model", MODEL, "--noise", "0.1", "--time-scale", str(SCALE), "--max-num-seqs", str(MAX_NUM_SEQS),
-            "--seed", "5", "--log-level", "warning"]  # fmt: skip
+    args = [
+        "--model",
+        MODEL,
+        "--noise",
+        "0.1",
+        "--time-scale",
+        str(SCALE),
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+    ]
+    args += ["--seed", "5", "--log-level", "warning"]
     for name, value in TRUE.items():
         args += [f"--{name}", str(value)]
     with EmulatorProcess(args) as process:
@@ -80,7 +89,8 @@ def test_json_output_is_the_same_entry_shape(emulator: EmulatorProcess) -> None:
     ("args", "message"),
     [
         (["--url", "ftp://x", "--model", "m", "--accelerator", "A"], "--url must be http://"),
-        (["--url", "http://127.0.0.1:9", "--model", "m", "--accelerator", "A", "--duration", "5"], "--duration"),
+        (["--url", "http://127.0.0.1:9", "--model", "m", "--accelerator", "A", "--duration", "5"],
+         "--duration"),
         (["--url", "http://127.0.0.1:9", "--model", "m", "--accelerator", "A", "--max-concurrency", "1"],
          "--max-concurrency"),
         (["--url", "http://127.0.0.1:9", "--model", "m", "--accelerator", "A"], "cannot read"),

@@ -58,30 +58,11 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
 
 
 def _emulator(seed: int) -> EmulatorProcess:
-    return EmulatorProcess(
-        [
-            "--model",
-            MODEL,
-            "--alpha",
-            str(TRUE.alpha),
-            "--beta",
-            str(TRUE.beta),
-            "--gamma",
-            str(TRUE.gamma),
-            "--delta",
-            str(TRUE.delta),
-            "--noise",
-            "0.1",
-            "--time-scale",
-            str(SCALE),
-            "--max-num-seqs",
-            str(MAX_BATCH),
-            "--seed",
-            str(seed),
-            "--log-level",
-            "warning",
-        ]  # fmt: skip
-    )
+    args = ["--model", MODEL, "--noise", "0.1", "--time-scale", str(SCALE), "--max-num-seqs", str(MAX_BATCH)]
+    args += ["--seed", str(seed), "--log-level", "warning"]
+    for name in ("alpha", "beta", "gamma", "delta"):
+        args += [f"--{name}", str(getattr(TRUE, name))]
+    return EmulatorProcess(args)
 
 
 async def _learn(prometheus: PrometheusServer, urls: list[str]) -> tuple[EstimatorState, int]:

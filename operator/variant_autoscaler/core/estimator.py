@@ -9,13 +9,18 @@ already exports. Two straight lines are fitted, each on quantities that measure 
 * **prefill**: the mean prefill time (scheduled → first token) against prompt tokens times the batch
   the request joined, ``prefill = γ + δ·L·b``.
 
-Which batch? Prometheus gives the time-average ``m`` of running requests over the window, but a token
-is produced more often when the batch is small (a step takes ``α + β·b``), and a request joining the
-batch counts itself. With the batch spread like a binomial of ``N`` (the maximum batch) and mean ``m``
-(Poisson-like when ``m ≪ N``, pinned at ``N`` when saturated):
+Which batch? The window gives the time-average ``m`` of running requests, but a token is produced
+more often while the batch is small (a step takes ``α + β·b``), a request joining the batch counts
+itself, and when the load moved during the window, requests and tokens came mostly while the batch was
+large. With the batch spread like a binomial of ``N`` (the maximum batch) around ``m`` — Poisson-like
+when ``m ≪ N``, pinned at ``N`` when saturated — and ``c ≥ 1`` its variance over its mean as the scraped
+gauge shows it (``c > 1`` when the load moved):
 
-* the batch a token sees is ``m + (1 − m/N)·α/(α + β·m)`` (between ``m`` and ``m + 1``);
-* the batch a request joins is ``m + 1 − m/N`` (``m + 1`` when lightly loaded, ``N`` when saturated).
+* the batch a token sees is ``m + (1 − m/N)·c·α/(α + β·m)``;
+* the batch a request joins is that plus ``(1 − m/N)·β·m/(α + β·m)`` (between ``m`` and ``m + c``).
+
+Windows in which the load moved a lot (``c`` above 1.5) weigh less, ``(1.5/c)⁴``: which batch their
+requests saw is only roughly known.
 
 Identification: α and β separate only when the batch varies between windows or between pods; γ and δ
 when prompt length × batch does. A slope whose regressor has not varied keeps its prior (the hand
