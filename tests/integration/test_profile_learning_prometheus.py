@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from localcluster import Binaries, PrometheusServer, wait_for
 from localcluster.procs import Supervisor
-
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE, ProfileMetrics
 from variant_autoscaler.adapters.prometheus import PrometheusClient
 from variant_autoscaler.api.config import PrometheusConfig
