@@ -6,6 +6,7 @@ The sweep itself, against a real emulator process, is in tests/integration/test_
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +141,9 @@ def test_fit_sweep_needs_two_batch_sizes() -> None:
     one = [p for p in _synthetic(None) if p.concurrency == 4]
     with pytest.raises(ModelError, match="fewer than two batch sizes"):
         fit_sweep(one, None)
-    no_prefill = [SweepPoint(**{**_fields(p), "prefill_ms": None}) for p in _synthetic(None)]
+    no_prefill = [replace(p, prefill_ms=None) for p in _synthetic(None)]
     with pytest.raises(ModelError, match="prefill"):
         fit_sweep(no_prefill, None)
-
-
-def _fields(p: SweepPoint) -> dict[str, Any]:
-    return {name: getattr(p, name) for name in p.__slots__}
 
 
 def _crd_accelerator_schema() -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -187,16 +188,12 @@ def test_parameters_stay_non_negative() -> None:
             m = rng.choice((4.0, 12.0, 30.0))
             w = window(TRUE, m, 512.0, end=i * CYCLE, pod=f"p{k}", rng=rng)
             xp = 512.0 * admission_batch(m, N, TRUE.alpha, TRUE.beta)
-            windows.append(PodWindow(**{**_fields(w), "prefill_ms": max(0.05 * xp - 40.0, 1.0)}))
+            windows.append(replace(w, prefill_ms=max(0.05 * xp - 40.0, 1.0)))
         state = update(state, windows, now=i * CYCLE, max_batch=N).state
     learned = learned_profile(state)
     assert learned.gamma.value == 0.0
     assert "held at 0" in learned.gamma.note
     assert learned.delta.value is not None and learned.delta.value > 0
-
-
-def _fields(w: PodWindow) -> dict[str, object]:
-    return {name: getattr(w, name) for name in w.__slots__}
 
 
 def test_steps_are_bounded_when_the_prior_is_far_off() -> None:
@@ -286,7 +283,7 @@ def test_a_gross_outlier_window_is_dropped_and_counted() -> None:
     before = learned_profile(state)
     now = 13 * CYCLE
     bad = window(TRUE, 12.0, 256.0, end=now, pod="p0")
-    bad = PodWindow(**{**_fields(bad), "itl_ms": 3 * (bad.itl_ms or 0.0)})
+    bad = replace(bad, itl_ms=3 * (bad.itl_ms or 0.0))
     good = [window(TRUE, 12.0, 256.0, end=now, pod=f"p{k}") for k in (1, 2)]
     result = update(state, [bad, *good], now=now, max_batch=N)
     assert result.outliers == 1 and result.drift == ()
