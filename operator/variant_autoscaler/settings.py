@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     prometheus_token_path: str | None = Field(
         default=None, validation_alias=AliasChoices("PROMETHEUS_TOKEN_PATH")
     )
+    prometheus_allow_token_over_http: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_ALLOW_TOKEN_OVER_HTTP")
+    )
     scale_to_zero: str | None = Field(default=None, validation_alias=AliasChoices("WVA_SCALE_TO_ZERO"))
 
     @field_validator("namespaces", mode="before")
@@ -192,6 +195,7 @@ class Settings(BaseSettings):
             "PROMETHEUS_SERVER_NAME": self.prometheus_server_name,
             "PROMETHEUS_BEARER_TOKEN": self.prometheus_bearer_token,
             "PROMETHEUS_TOKEN_PATH": self.prometheus_token_path,
+            "PROMETHEUS_ALLOW_TOKEN_OVER_HTTP": self.prometheus_allow_token_over_http,
             "WVA_SCALE_TO_ZERO": self.scale_to_zero,
         }
         assert set(PROMETHEUS_KEYS) <= set(values)
