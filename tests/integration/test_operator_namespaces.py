@@ -135,13 +135,23 @@ def _state(cluster: LocalCluster, *args: str) -> tuple[int, str]:
 
 
 def test_a_variant_never_acts_outside_its_namespace(
-    api_cluster: LocalCluster, sa_config: Path, permissive_crd: None, namespace: str, victim_ns: str, tmp_path: Path
+    api_cluster: LocalCluster,
+    sa_config: Path,
+    permissive_crd: None,
+    namespace: str,
+    victim_ns: str,
+    tmp_path: Path,
 ) -> None:
     api_cluster.apply(_widget_crd())
     api_cluster.kubectl("wait", "--for=condition=Established", f"crd/{WIDGETS}", "--timeout=60s")
     widget = f"victim-{victim_ns}"
     api_cluster.apply(
-        {"apiVersion": "security.test.example/v1", "kind": "Widget", "metadata": {"name": widget}, "spec": {"replicas": 1}}
+        {
+            "apiVersion": "security.test.example/v1",
+            "kind": "Widget",
+            "metadata": {"name": widget},
+            "spec": {"replicas": 1},
+        }
     )
     victims = {
         ("statefulset", "victim", "-n", victim_ns): _workload("StatefulSet", victim_ns, "victim"),
@@ -156,7 +166,11 @@ def test_a_variant_never_acts_outside_its_namespace(
     # Every variant would be scaled to 3 if its target resolved: patch mode, minReplicas 3.
     common = {"minReplicas": 3, "actuation": {"mode": "patch"}}
     bad = {
-        "traversal": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": f"../../{victim_ns}/statefulsets/victim"},
+        "traversal": {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "name": f"../../{victim_ns}/statefulsets/victim",
+        },
         "other-ns-statefulset": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "victim"},
         "other-ns-deployment": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "victim"},
         "cluster-scoped": {"apiVersion": "security.test.example/v1", "kind": "Widget", "name": widget},
