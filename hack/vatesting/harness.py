@@ -97,9 +97,14 @@ class OperatorProcess:
         *,
         identity: str = "operator-a",
         env: Mapping[str, str] | None = None,
+        operator_namespace: str = OPERATOR_NS,
+        scope_flags: bool = True,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
+        self.operator_namespace = operator_namespace
+        # False: neither -n nor -A, the scope comes from the environment (WATCH_NAMESPACE, WVA_NAMESPACES).
+        self.scope_flags = scope_flags
         self.identity = identity
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -113,12 +118,16 @@ class OperatorProcess:
             # None: cluster-wide, as the Deployment in deploy/manager runs it.
             *(["--namespace", self.namespace] if self.namespace else ["--all-namespaces"]),
             "--kubeconfig", str(self.kubeconfig),
-            "--operator-namespace", OPERATOR_NS,
+            "--operator-namespace", self.operator_namespace,
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--health-host", "127.0.0.1", "--health-port", str(self.health_port),
             "--identity", self.identity,
             "--log-format", "json",
         ]  # fmt: skip
+        if not self.scope_flags:
+            argv.remove("--namespace" if self.namespace else "--all-namespaces")
+            if self.namespace:
+                argv.remove(self.namespace)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
         max_length=63,
         validation_alias=AliasChoices("WVA_CONTROLLER_INSTANCE", "CONTROLLER_INSTANCE"),
     )
+    # Watch the nodes' GPUs (cluster-scoped; limited mode needs them). Off for a namespaced install with
+    # Roles only (deploy/namespaced).
+    gpu_inventory: bool = True
 
     # Where the three ConfigMaps live (WVA hard-codes its namespace; ours is configurable).
     operator_namespace: str = Field(

@@ -75,6 +75,19 @@ async def test_the_node_index_holds_gpu_facts() -> None:
     }
 
 
+def test_nodes_are_watched_only_when_asked() -> None:
+    registry = kopf.OperatorRegistry()
+    assert not registry._indexing.has_handlers(resource=_NODES)
+    handlers.watch_nodes(registry)
+    assert registry._indexing.has_handlers(resource=_NODES)
+    assert registry._watching.has_handlers(resource=_NODES)
+    # The default registry, as imported: nothing about nodes until run_operator asks (gpu_inventory).
+    assert not kopf.get_default_registry()._indexing.has_handlers(resource=_NODES)
+
+
+_NODES = kopf.Resource("", "v1", "nodes", namespaced=False)
+
+
 def test_probe_reports_health_and_fails_permanently_when_cycles_stop() -> None:
     assert handlers.cycle_probe(memo=_memo(FakeEngine())) == {"leader": True, "cycles": 3}
     with pytest.raises(kopf.PermanentError, match="no cycle has completed"):
