@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     # Our metrics endpoint (WVA's inferno_* gauges and the operator's own metrics) and the liveness probe.
     metrics_host: str = "0.0.0.0"  # a pod listens on its pod IP
     metrics_port: int = Field(default=8080, ge=0, le=65535)
+    # Secure metrics (docs/security.md): HTTPS with this certificate and key (PEM files, e.g. a mounted
+    # kubernetes.io/tls Secret), answered only to callers whose token the API server authenticates and who
+    # may `get` the non-resource URL /metrics.
+    metrics_secure: bool = False
+    metrics_cert_file: str | None = None
+    metrics_key_file: str | None = None
     health_host: str = "0.0.0.0"
     health_port: int = Field(default=8081, ge=0, le=65535)
     # The probe fails when no cycle has completed for this long; 0 means 3 intervals + 60 s.

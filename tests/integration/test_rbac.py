@@ -13,31 +13,29 @@ namespace, scales a workload there and reports, and no request of its is refused
 
 from __future__ import annotations
 
-import contextlib
 import json
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from localcluster import LocalCluster, wait_for
 from operator_harness import (
     ROOT,
     SERVICE_ACCOUNT,
+    Install,
     OperatorProcess,
     conditions,
     configmaps_for_tests,
     events,
+    fresh_install,
     get_va,
+    installed,
+    namespace_manifest,
+    render_install,
     running,
     va_manifest,
 )
 
-SHIPPED_OPERATOR_NS = "workload-variant-autoscaler-system"
-SHIPPED_SERVED_NS = "llm-d-sim"  # the namespace deploy/namespaced and deploy/rbac-apply-max-batch name
 LEASE = "variant-autoscaler-leader"
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -97,19 +95,6 @@ OWN_NAMESPACE = {
 }
 
 
-@dataclass(frozen=True)
-class Install:
-    """One install's identity on the shared cluster: where its operator runs, what it serves."""
-
-    operator_ns: str
-    served_ns: str
-    suffix: str
-
-    @property
-    def user(self) -> str:
-        return f"system:serviceaccount:{self.operator_ns}:{SERVICE_ACCOUNT}"
-
-
 Question = tuple[str, str, str, str, str, str]  # verb, group, resource, subresource, namespace, name
 
 
@@ -128,9 +113,18 @@ def _questions(install: Install) -> list[Question]:
     return out
 
 
-def _expected(q: Question, install: Install, *, clusterwide: bool, max_batch_in: Sequence[str] = ()) -> bool:
+def _expected(
+    q: Question,
+    install: Install,
+    *,
+    clusterwide: bool,
+    max_batch_in: Sequence[str] = (),
+    reviews: bool = False,
+) -> bool:
     verb, group, resource, sub, ns, name = q
     key = (group, resource, sub)
+    if reviews and resource in ("tokenreviews", "subjectaccessreviews") and verb == "create":
+        return True  # secure metrics: system:auth-delegator
     if ns == install.operator_ns and verb in OWN_NAMESPACE.get(key, set()):
         return True
     if key == ("coordination.k8s.io", "leases", "") and ns == install.operator_ns and name == LEASE:
@@ -181,12 +175,17 @@ def _kubectl_can_i(cluster: LocalCluster, install: Install, q: Question) -> bool
 def _check(
     cluster: LocalCluster, install: Install, expected: Mapping[Question, bool], *, kubectl: bool = True
 ) -> None:
-    answers = _ask_all(cluster, install, list(expected))
-    wrong = sorted(
-        f"{'ALLOWED' if answers[q] else 'denied'} but expected {'allowed' if want else 'denied'}: {q}"
-        for q, want in expected.items()
-        if answers[q] != want
-    )
+    # The authorizer follows RBAC objects through a watch: a change just applied may take a moment.
+    for _ in range(20):
+        answers = _ask_all(cluster, install, list(expected))
+        wrong = sorted(
+            f"{'ALLOWED' if answers[q] else 'denied'} but expected {'allowed' if want else 'denied'}: {q}"
+            for q, want in expected.items()
+            if answers[q] != want
+        )
+        if not wrong:
+            break
+        time.sleep(0.5)
     assert not wrong, "\n".join(wrong)
     assert sum(answers.values()) >= 10  # the identity is the installed one: it may do something
     if not kubectl:
@@ -204,49 +203,6 @@ def _check(
     assert not mismatched, mismatched
 
 
-# --- rendering an install under a fresh identity ------------------------------------------------------
-
-
-def render(cluster: LocalCluster, overlay: str, install: Install) -> list[dict[str, Any]]:
-    """``kubectl kustomize deploy/OVERLAY``: its RBAC (and namespaces), moved to ``install``'s identity."""
-    text = cluster.kubectl("kustomize", str(ROOT / "deploy" / overlay)).stdout
-    text = text.replace(SHIPPED_OPERATOR_NS, install.operator_ns).replace(
-        SHIPPED_SERVED_NS, install.served_ns
-    )
-    out = []
-    for obj in yaml.safe_load_all(text):
-        if obj is None or obj["kind"] in ("CustomResourceDefinition",):
-            continue
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            obj["metadata"]["name"] += install.suffix
-            ref = obj.get("roleRef") or {}
-            if ref.get("kind") == "ClusterRole" and not ref["name"].startswith("system:"):
-                ref["name"] += install.suffix
-            # Aggregation labels would fold the people's roles into admin/edit/view: not under test here.
-            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-admin", None)
-            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-edit", None)
-            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-view", None)
-        out.append(obj)
-    return out
-
-
-@contextlib.contextmanager
-def installed(cluster: LocalCluster, objects: Sequence[dict[str, Any]]) -> Iterator[None]:
-    namespaces = [o for o in objects if o["kind"] == "Namespace"]
-    cluster.apply(namespaces)
-    cluster.apply([o for o in objects if o["kind"] != "Namespace"])
-    try:
-        yield
-    finally:
-        for obj in objects:
-            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-                cluster.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found")
-        for obj in namespaces:
-            cluster.kubectl(
-                "delete", "namespace", obj["metadata"]["name"], "--wait=false", "--ignore-not-found"
-            )
-
-
 @pytest.fixture(autouse=True)
 def _crd(api_cluster: LocalCluster) -> None:
     """kubectl resolves a resource through discovery: the CRD must be served for it to answer about VAs."""
@@ -256,47 +212,52 @@ def _crd(api_cluster: LocalCluster) -> None:
     )
 
 
-def _fresh() -> Install:
-    tag = uuid.uuid4().hex[:6]
-    return Install(operator_ns=f"wva-op-{tag}", served_ns=f"wva-served-{tag}", suffix=f"-{tag}")
-
-
-def _namespace(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
 # --- the installs -------------------------------------------------------------------------------------
 
 
 def test_the_cluster_wide_install_grants_what_the_code_calls_and_nothing_more(
     api_cluster: LocalCluster,
 ) -> None:
-    install = _fresh()
-    objects = [*render(api_cluster, "rbac", install), _namespace(install.operator_ns)]
+    install = fresh_install()
+    objects = [*render_install(api_cluster, "rbac", install), namespace_manifest(install.operator_ns)]
     assert not any(o["kind"] == "Role" and o["metadata"]["namespace"] != install.operator_ns for o in objects)
     with installed(api_cluster, objects):
         questions = _questions(install)
         _check(api_cluster, install, {q: _expected(q, install, clusterwide=True) for q in questions})
         # applyMaxBatch's pod-template write: only where its overlay is applied, one namespace at a time.
-        max_batch = render(api_cluster, "rbac-apply-max-batch", install)
+        max_batch = render_install(api_cluster, "rbac-apply-max-batch", install)
         assert {o["kind"] for o in max_batch} == {"Role", "RoleBinding"}
-        with installed(api_cluster, [_namespace(install.served_ns), *max_batch]):
+        with installed(api_cluster, [namespace_manifest(install.served_ns), *max_batch]):
             expected = {
                 q: _expected(q, install, clusterwide=True, max_batch_in=[install.served_ns])
                 for q in questions
             }
-            _check(api_cluster, install, expected)
+            _check(api_cluster, install, expected, kubectl=False)
+            patch = ("patch", "apps", "deployments", "", install.served_ns, "")
+            assert expected[patch] and _kubectl_can_i(api_cluster, install, patch)
+            elsewhere = ("patch", "apps", "deployments", "", "kube-system", "")
+            assert not expected[elsewhere] and not _kubectl_can_i(api_cluster, install, elsewhere)
+        # Secure metrics adds Kubernetes' auth-delegator role (TokenReviews, SubjectAccessReviews), no more.
+        delegator = [
+            o
+            for o in render_install(api_cluster, "default-secure-metrics", install)
+            if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "system:auth-delegator"
+        ]
+        assert len(delegator) == 1
+        with installed(api_cluster, delegator):
+            expected = {q: _expected(q, install, clusterwide=True, reviews=True) for q in questions}
+            _check(api_cluster, install, expected, kubectl=False)
 
 
 def test_the_namespaced_install_has_no_cluster_role_and_acts_only_where_it_serves(
     api_cluster: LocalCluster,
 ) -> None:
-    install = _fresh()
-    objects = render(api_cluster, "namespaced", install)
+    install = fresh_install()
+    objects = render_install(api_cluster, "namespaced", install)
     kinds = {o["kind"] for o in objects}
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
     rbac = [o for o in objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "Namespace")]
-    with installed(api_cluster, [*rbac, _namespace(install.served_ns)]):
+    with installed(api_cluster, [*rbac, namespace_manifest(install.served_ns)]):
         questions = _questions(install)
         _check(api_cluster, install, {q: _expected(q, install, clusterwide=False) for q in questions})
 
@@ -306,15 +267,15 @@ def test_the_operator_runs_with_the_namespaced_install_alone(
 ) -> None:
     """Roles only, as deploy/namespaced ships them (its Deployment's settings too): the operator serves
     its namespace, patches a workload there, writes statuses and Events, and is refused nothing."""
-    install = _fresh()
-    objects = render(api_cluster, "namespaced", install)
+    install = fresh_install()
+    objects = render_install(api_cluster, "namespaced", install)
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert container["command"] == ["variant-autoscaler", "run"]
     assert env["WATCH_NAMESPACE"] == install.served_ns and env["WVA_GPU_INVENTORY"] == "false"
     rbac = [o for o in objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "Namespace")]
-    with installed(api_cluster, [*rbac, _namespace(install.served_ns)]):
+    with installed(api_cluster, [*rbac, namespace_manifest(install.served_ns)]):
         for cm in configmaps_for_tests("http://127.0.0.1:9"):
             cm["metadata"]["namespace"] = install.operator_ns
             api_cluster.apply(cm)

@@ -654,6 +654,20 @@ class KubeClient:
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
         return await self.request("POST", f"/api/v1/namespaces/{_ns(namespace)}/events", body=dict(event))
 
+    # --- authentication and authorization of callers (the secure metrics endpoint) -----------------
+
+    async def review_token(self, token: str) -> JSON:
+        """A TokenReview of a caller's bearer token; returns its ``status``."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        review = await self.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
+        return dict(review.get("status") or {})
+
+    async def review_access(self, spec: Mapping[str, Any]) -> JSON:
+        """A SubjectAccessReview (may this user do this?); returns its ``status``."""
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": dict(spec)}
+        review = await self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+        return dict(review.get("status") or {})
+
     # --- Leases -------------------------------------------------------------------------------------
 
     @staticmethod
