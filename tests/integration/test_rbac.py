@@ -14,6 +14,7 @@ namespace, scales a workload there and reports, and no request of its is refused
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
