@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from localcluster import LocalCluster, wait_for
-from operator_harness import ROOT, OperatorProcess, conditions, events, get_va, install, running, va_manifest
+from vatesting.harness import ROOT, OperatorProcess, conditions, events, get_va, install, running, va_manifest
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"
 CRD = ROOT / "crds" / "llmd.ai_variantautoscalings.yaml"

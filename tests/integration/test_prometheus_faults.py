@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
 from localcluster import LocalCluster, wait_for
 from localcluster.net import free_port
-from operator_harness import (
+from variant_autoscaler.adapters.prometheus import DEFAULT_MAX_RESPONSE_BYTES, build_queries
+from vatesting.harness import (
     OperatorProcess,
     conditions,
     deployment_replicas,
@@ -34,8 +36,6 @@ from operator_harness import (
     set_main_config,
     va_manifest,
 )
-
-from variant_autoscaler.adapters.prometheus import DEFAULT_MAX_RESPONSE_BYTES, build_queries
 
 WINDOW_SECONDS = 5.0
 MODEL = "default/default"  # WVA's sample VA

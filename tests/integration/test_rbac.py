@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+
 from localcluster import LocalCluster, wait_for
-from operator_harness import (
+from vatesting.harness import (
     ROOT,
     SERVICE_ACCOUNT,
     Install,

@@ -2,7 +2,7 @@
 API server authenticates (TokenReview) and authorizes (SubjectAccessReview on ``get /metrics``).
 
 deploy/default-secure-metrics is rendered and its RBAC applied under a fresh identity (see
-operator_harness); the operator's exporter, with the settings that install gives it, then serves a
+vatesting.harness); the operator's exporter, with the settings that install gives it, then serves a
 ServiceAccount bound to the shipped metrics-reader ClusterRole (200), one that is not (403), a caller
 with no token or a forged one (401), and nobody over plain HTTP.
 """
@@ -15,20 +15,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from localcluster import LocalCluster
 from localcluster.pki import CertificateAuthority
-from operator_harness import (
+from variant_autoscaler.adapters.exporter import Exporter
+from variant_autoscaler.adapters.kube import KubeClient, load_credentials
+from variant_autoscaler.adapters.metrics_auth import metrics_security
+from variant_autoscaler.settings import Settings
+from vatesting.harness import (
     SERVICE_ACCOUNT,
     fresh_install,
     installed,
     namespace_manifest,
     render_install,
 )
-
-from variant_autoscaler.adapters.exporter import Exporter
-from variant_autoscaler.adapters.kube import KubeClient, load_credentials
-from variant_autoscaler.adapters.metrics_auth import metrics_security
-from variant_autoscaler.settings import Settings
 
 
 def _token(cluster: LocalCluster, namespace: str, name: str) -> str:

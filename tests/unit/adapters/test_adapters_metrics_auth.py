@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from localcluster.pki import CertificateAuthority
 
+from localcluster.pki import CertificateAuthority
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
 from variant_autoscaler.adapters.metrics_auth import MetricsSecurity, metrics_security
 from variant_autoscaler.errors import ConfigError
