@@ -13,13 +13,11 @@ Library errors become :mod:`variant_autoscaler.errors` types: HTTP 409 is a :cla
 404 a :class:`NotFoundError`, 403 a :class:`ForbiddenError`, 422 an :class:`InvalidError`; transport
 errors and 5xx are retried a bounded number of times and then raised as :class:`KubeError`.
 
-A variant acts only in its own namespace. Every URL is built from checked parts: namespaces must be
-DNS-1123 labels, names DNS-1123 subdomains, kinds and API versions what Kubernetes allows, or the call is
-refused before any request (:class:`InvalidReferenceError`); every path segment is percent-quoted as
-well. A scale target must be of a namespaced kind, and the object read must say it lives in the
-namespace asked for (:class:`NamespaceMismatchError`). Without these, a scale target named
-``../../victim-ns/statefulsets/victim`` was normalised by the HTTP client into another namespace's
-object, which the operator then patched.
+A variant acts only in its own namespace. Every URL is built from parts checked and percent-quoted by
+:mod:`variant_autoscaler.adapters.refs` (refused before any request when Kubernetes would not allow
+them); a scale target must be of a namespaced kind, and the object read must say it lives in the
+namespace asked for. Without these, a scale target named ``../../victim-ns/statefulsets/victim`` was
+normalised by the HTTP client into another namespace's object, which the operator then patched.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import logging
 import re
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,6 +35,16 @@ import aiohttp
 import orjson
 
 from variant_autoscaler import USER_AGENT
+from variant_autoscaler.adapters.refs import (
+    NamespaceMismatchError,
+    api_prefix,
+    check_kind,
+    check_name,
+    check_namespace,
+    name_part,
+    ns_part,
+    segment,
+)
 from variant_autoscaler.api.v1alpha1 import GROUP, PLURAL, VERSION
 from variant_autoscaler.errors import ConfigError, ConflictError, KubeError
 
@@ -63,83 +70,6 @@ class ForbiddenError(KubeError):
 
 class InvalidError(KubeError):
     """HTTP 422: the API server rejected the object (schema or admission)."""
-
-
-class InvalidReferenceError(KubeError):
-    """A namespace, name, kind or API version that Kubernetes would not allow: refused before any request."""
-
-
-class NamespaceMismatchError(KubeError):
-    """The object the API server returned is not in the namespace asked for (or in none): refused."""
-
-
-# Kubernetes' own rules (k8s.io/apimachinery/pkg/util/validation): namespaces are DNS-1123 labels,
-# object names DNS-1123 subdomains, CRD versions DNS-1035 labels; kinds are CamelCase identifiers.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*")
-
-
-def check_namespace(namespace: str) -> str:
-    """``namespace`` if it is a valid namespace name, else :class:`InvalidReferenceError`."""
-    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
-        raise InvalidReferenceError(f"{namespace!r} is not a valid namespace name (a DNS-1123 label)")
-    return namespace
-
-
-def check_name(name: str, what: str = "object") -> str:
-    """``name`` if it is a valid object name (a DNS-1123 subdomain), else :class:`InvalidReferenceError`."""
-    if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
-        raise InvalidReferenceError(
-            f"{name!r} is not a valid {what} name (lowercase letters, digits, '-' and '.', at most 253)"
-        )
-    return name
-
-
-def check_kind(kind: str) -> str:
-    if not isinstance(kind, str) or len(kind) > 63 or not _KIND.fullmatch(kind):
-        raise InvalidReferenceError(
-            f"{kind!r} is not a valid kind (letters and digits, starting with a letter)"
-        )
-    return kind
-
-
-def check_api_version(api_version: str) -> str:
-    """``v1`` or ``group/version``: a DNS-1123 subdomain group and a DNS-1035 label version."""
-    parts = api_version.split("/") if isinstance(api_version, str) else []
-    group, version = (
-        (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1]) if len(parts) == 2 else ("", "")
-    )
-    ok = (
-        len(version) <= 63
-        and _DNS1035_LABEL.fullmatch(version) is not None
-        and (group is None or (len(group) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(group) is not None))
-    )
-    if not ok:
-        raise InvalidReferenceError(f"{api_version!r} is not a valid apiVersion (group/version or v1)")
-    return api_version
-
-
-def segment(part: str) -> str:
-    """One URL path segment, percent-quoted: no ``/``, ``..`` or ``%`` of it can change the path."""
-    return urllib.parse.quote(part, safe="")
-
-
-def _api_prefix(api_version: str) -> str:
-    check_api_version(api_version)
-    if "/" not in api_version:
-        return f"/api/{segment(api_version)}"
-    group, version = api_version.split("/")
-    return f"/apis/{segment(group)}/{segment(version)}"
-
-
-def _ns(namespace: str) -> str:
-    return segment(check_namespace(namespace))
-
-
-def _name(name: str, what: str = "object") -> str:
-    return segment(check_name(name, what))
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,9 +403,9 @@ class KubeClient:
     async def resource_path(self, api_version: str, kind: str, namespace: str | None) -> str:
         """The collection path of ``kind`` (found by API discovery, cached)."""
         plural, namespaced = await self._plural(api_version, kind)
-        prefix = _api_prefix(api_version)
+        prefix = api_prefix(api_version)
         if namespaced and namespace is not None:
-            return f"{prefix}/namespaces/{_ns(namespace)}/{segment(plural)}"
+            return f"{prefix}/namespaces/{ns_part(namespace)}/{segment(plural)}"
         return f"{prefix}/{segment(plural)}"
 
     async def object_path(self, api_version: str, kind: str, namespace: str, name: str) -> str:
@@ -489,13 +419,14 @@ class KubeClient:
                 f"{kind} ({api_version}) is cluster-scoped: a variant only acts on objects in its own "
                 f"namespace {namespace}"
             )
-        return f"{_api_prefix(api_version)}/namespaces/{_ns(namespace)}/{segment(plural)}/{_name(name, kind)}"
+        prefix = api_prefix(api_version)
+        return f"{prefix}/namespaces/{ns_part(namespace)}/{segment(plural)}/{name_part(name, kind)}"
 
     async def _plural(self, api_version: str, kind: str) -> tuple[str, bool]:
         key = (api_version, kind)
         if key not in self._plurals:
             check_kind(kind)
-            prefix = _api_prefix(api_version)
+            prefix = api_prefix(api_version)
             listing = await self.request("GET", prefix)
             for res in listing.get("resources", ()):
                 if "/" not in res.get("name", "") and res.get("kind"):
@@ -508,7 +439,7 @@ class KubeClient:
 
     async def get_configmap(self, namespace: str, name: str) -> JSON | None:
         try:
-            path = f"/api/v1/namespaces/{_ns(namespace)}/configmaps/{_name(name, 'ConfigMap')}"
+            path = f"/api/v1/namespaces/{ns_part(namespace)}/configmaps/{name_part(name, 'ConfigMap')}"
             return await self.request("GET", path)
         except NotFoundError:
             return None
@@ -517,7 +448,7 @@ class KubeClient:
 
     async def list_deployments(self, namespace: str | None) -> list[JSON]:
         path = (
-            f"/apis/apps/v1/namespaces/{_ns(namespace)}/deployments"
+            f"/apis/apps/v1/namespaces/{ns_part(namespace)}/deployments"
             if namespace
             else "/apis/apps/v1/deployments"
         )
@@ -559,7 +490,7 @@ class KubeClient:
 
     async def list_hpas(self, namespace: str | None) -> list[JSON]:
         path = (
-            f"/apis/autoscaling/v2/namespaces/{_ns(namespace)}/horizontalpodautoscalers"
+            f"/apis/autoscaling/v2/namespaces/{ns_part(namespace)}/horizontalpodautoscalers"
             if namespace
             else "/apis/autoscaling/v2/horizontalpodautoscalers"
         )
@@ -596,7 +527,7 @@ class KubeClient:
 
     @staticmethod
     def va_path(namespace: str, name: str) -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{_ns(namespace)}/{PLURAL}/{_name(name)}"
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{ns_part(namespace)}/{PLURAL}/{name_part(name)}"
 
     async def get_va(self, namespace: str, name: str) -> JSON:
         return await self.request("GET", self.va_path(namespace, name))
@@ -605,7 +536,7 @@ class KubeClient:
     def va_collection(namespace: str | None) -> str:
         """The VariantAutoscalings of one namespace, or of all of them."""
         if namespace:
-            return f"/apis/{GROUP}/{VERSION}/namespaces/{_ns(namespace)}/{PLURAL}"
+            return f"/apis/{GROUP}/{VERSION}/namespaces/{ns_part(namespace)}/{PLURAL}"
         return f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
     async def list_vas(self, namespace: str | None = None) -> list[JSON]:
@@ -652,7 +583,7 @@ class KubeClient:
     # --- Events -------------------------------------------------------------------------------------
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
-        return await self.request("POST", f"/api/v1/namespaces/{_ns(namespace)}/events", body=dict(event))
+        return await self.request("POST", f"/api/v1/namespaces/{ns_part(namespace)}/events", body=dict(event))
 
     # --- authentication and authorization of callers (the secure metrics endpoint) -----------------
 
@@ -672,8 +603,8 @@ class KubeClient:
 
     @staticmethod
     def lease_path(namespace: str, name: str | None = None) -> str:
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{_ns(namespace)}/leases"
-        return f"{base}/{_name(name, 'Lease')}" if name else base
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{ns_part(namespace)}/leases"
+        return f"{base}/{name_part(name, 'Lease')}" if name else base
 
     async def get_lease(self, namespace: str, name: str) -> JSON | None:
         try:

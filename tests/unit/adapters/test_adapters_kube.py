@@ -14,22 +14,24 @@ from variant_autoscaler.adapters.kube import (
     Credentials,
     ForbiddenError,
     InvalidError,
-    InvalidReferenceError,
     KubeClient,
-    NamespaceMismatchError,
     NotFoundError,
-    check_api_version,
-    check_kind,
-    check_name,
-    check_namespace,
     find_max_num_seqs,
     hpa_targets,
     parse_selector,
-    segment,
     selector_matches,
     target_from_deployment,
     target_from_scale,
     with_max_num_seqs,
+)
+from variant_autoscaler.adapters.refs import (
+    InvalidReferenceError,
+    NamespaceMismatchError,
+    check_api_version,
+    check_kind,
+    check_name,
+    check_namespace,
+    segment,
 )
 from variant_autoscaler.errors import ConflictError, KubeError
 
