@@ -2,7 +2,9 @@
 
 Every URL the client builds is made of checked parts: namespaces must be DNS-1123 labels, object names
 DNS-1123 subdomains, kinds CamelCase identifiers and API versions ``group/version`` or ``v1``, as Kubernetes
-itself requires; anything else is refused before any request (:class:`InvalidReferenceError`). Every path
+itself requires (the rules of :mod:`variant_autoscaler.api.names`, which the CRD and the models use too;
+the client does not rely on them having run); anything else is refused before any request
+(:class:`InvalidReferenceError`). Every path
 segment is percent-quoted as well, so nothing in a name can add a segment, a ``..`` or a query. An object
 the API server returns from another namespace than the one asked for is refused
 (:class:`NamespaceMismatchError`).
@@ -10,9 +12,9 @@ the API server returns from another namespace than the one asked for is refused
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 
+from variant_autoscaler.api.names import is_api_version, is_dns1123_label, is_dns1123_subdomain, is_kind
 from variant_autoscaler.errors import KubeError
 
 
@@ -24,24 +26,16 @@ class NamespaceMismatchError(KubeError):
     """The object the API server returned is not in the namespace asked for (or in none): refused."""
 
 
-# Kubernetes' own rules (k8s.io/apimachinery/pkg/util/validation): namespaces are DNS-1123 labels,
-# object names DNS-1123 subdomains, CRD versions DNS-1035 labels; kinds are CamelCase identifiers.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*")
-
-
 def check_namespace(namespace: str) -> str:
     """``namespace`` if it is a valid namespace name, else :class:`InvalidReferenceError`."""
-    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS1123_LABEL.fullmatch(namespace):
+    if not is_dns1123_label(namespace):
         raise InvalidReferenceError(f"{namespace!r} is not a valid namespace name (a DNS-1123 label)")
     return namespace
 
 
 def check_name(name: str, what: str = "object") -> str:
     """``name`` if it is a valid object name (a DNS-1123 subdomain), else :class:`InvalidReferenceError`."""
-    if not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+    if not is_dns1123_subdomain(name):
         raise InvalidReferenceError(
             f"{name!r} is not a valid {what} name (lowercase letters, digits, '-' and '.', at most 253)"
         )
@@ -49,7 +43,7 @@ def check_name(name: str, what: str = "object") -> str:
 
 
 def check_kind(kind: str) -> str:
-    if not isinstance(kind, str) or len(kind) > 63 or not _KIND.fullmatch(kind):
+    if not is_kind(kind):
         raise InvalidReferenceError(
             f"{kind!r} is not a valid kind (letters and digits, starting with a letter)"
         )
@@ -58,16 +52,7 @@ def check_kind(kind: str) -> str:
 
 def check_api_version(api_version: str) -> str:
     """``v1`` or ``group/version``: a DNS-1123 subdomain group and a DNS-1035 label version."""
-    parts = api_version.split("/") if isinstance(api_version, str) else []
-    group, version = (
-        (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1]) if len(parts) == 2 else ("", "")
-    )
-    ok = (
-        len(version) <= 63
-        and _DNS1035_LABEL.fullmatch(version) is not None
-        and (group is None or (len(group) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(group) is not None))
-    )
-    if not ok:
+    if not is_api_version(api_version):
         raise InvalidReferenceError(f"{api_version!r} is not a valid apiVersion (group/version or v1)")
     return api_version
 
