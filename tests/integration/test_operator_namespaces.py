@@ -10,11 +10,13 @@ a legitimate variant next to them, configured the same way, is scaled: the cycle
 
 The CRD may reject some of these names on its own (schema first); the operator must not rely on it (a
 cluster can run an older CRD than its operator), so the test installs the CRD without any rule on
-``scaleTargetRef`` for its duration.
+``scaleTargetRef`` for its duration. The operator's model then reports the traversal as an invalid spec
+before the client sees it, so the client is also asked directly, as the operator's ServiceAccount.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import json
@@ -27,6 +29,8 @@ import pytest
 import yaml
 
 from localcluster import LocalCluster, wait_for
+from variant_autoscaler.adapters.kube import KubeClient, NotFoundError, load_credentials
+from variant_autoscaler.adapters.refs import InvalidReferenceError
 from vatesting.harness import ROOT, OperatorProcess, conditions, events, get_va, install, running, va_manifest
 
 UNREACHABLE_PROMETHEUS = "http://127.0.0.1:9"
@@ -141,6 +145,23 @@ def _state(cluster: LocalCluster, *args: str) -> tuple[int, str]:
     return int(obj["spec"]["replicas"]), str(obj["metadata"]["resourceVersion"])
 
 
+async def _client_refuses(kubeconfig: Path, namespace: str, victim_ns: str) -> None:
+    kube = KubeClient(load_credentials(str(kubeconfig)))
+    traversal = f"../../{victim_ns}/statefulsets/victim"
+    try:
+        for call in (
+            kube.get_scale("apps/v1", "StatefulSet", namespace, traversal),
+            kube.patch_scale("apps/v1", "StatefulSet", namespace, traversal, 3),
+            kube.patch_scale("apps/v1", "StatefulSet", f"{namespace}/../{victim_ns}", "victim", 3),
+        ):
+            with pytest.raises(InvalidReferenceError):
+                await call
+        with pytest.raises(NotFoundError):  # looked up where it was asked, and only there
+            await kube.patch_scale("apps/v1", "StatefulSet", namespace, "victim", 3)
+    finally:
+        await kube.aclose()
+
+
 def test_a_variant_never_acts_outside_its_namespace(
     api_cluster: LocalCluster,
     sa_config: Path,
@@ -208,12 +229,17 @@ def test_a_variant_never_acts_outside_its_namespace(
         )
         wait_for(lambda: operator.cycles() >= 3, timeout=60, what="three cycles")
 
+    # The client on its own, as the operator's ServiceAccount, whatever the model above it checked.
+    asyncio.run(_client_refuses(sa_config, namespace, victim_ns))
+
     after = {key: _state(api_cluster, *key) for key in before}
     assert after == before  # not a write of any kind, not even one that changed nothing
 
-    # Why, in words, for each (the CRD's pydantic twin may call the traversal an invalid spec).
+    # Why, in words, for each.
     assert reports["traversal"]["reason"] in ("TargetNotFound", "InvalidSpec")
-    assert "not a valid" in reports["traversal"]["message"]
+    # Refused by the client (TargetNotFound) or already by the operator's model (InvalidSpec).
+    traversal = reports["traversal"]["message"]
+    assert "not a valid" in traversal or "scaleTargetRef.name" in traversal, traversal
     assert reports["other-ns-statefulset"]["reason"] == "TargetNotFound"
     assert f"{namespace}/victim not found" in reports["other-ns-statefulset"]["message"]
     assert reports["other-ns-deployment"]["reason"] == "TargetNotFound"
@@ -222,7 +248,8 @@ def test_a_variant_never_acts_outside_its_namespace(
     assert "cluster-scoped" in reports["cluster-scoped"]["message"]
     for name in bad:
         va = get_va(api_cluster, namespace, name)
-        assert conditions(va)["Actuated"]["status"] == "False"
+        # Not actuated (an invalid spec gets no Actuated condition at all).
+        assert conditions(va).get("Actuated", {"status": "False"})["status"] == "False"
         warnings = {e["reason"] for e in events(api_cluster, namespace, name) if e["type"] == "Warning"}
         assert reports[name]["reason"] in warnings, (name, warnings)
     # Nothing about them was posted in the victim's namespace either.
