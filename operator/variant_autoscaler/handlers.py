@@ -80,6 +80,10 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs:
         memo.runtime = await Runtime.start(cfg, nodes=lambda: _values(nodes) if nodes is not None else ())
     except VariantAutoscalerError as exc:
         raise kopf.PermanentError(f"cannot start: {exc}") from exc
+    if cfg.metrics_secure and not memo.runtime.exporter.secure:
+        # Fail closed: a setting that asked for authentication must never leave /metrics open.
+        await memo.runtime.stop()
+        raise kopf.PermanentError("WVA_METRICS_SECURE is set, but the runtime did not secure /metrics")
     # Everything loaded so far (modules, classes, settings) lives as long as the process: keep it out of
     # the garbage collector's full passes, which otherwise walk it again every few seconds under load.
     gc.collect()

@@ -135,3 +135,34 @@ def test_watch_event_handlers_are_coroutines() -> None:
 
     for handler in (handlers.node_index, handlers.node_event):
         assert inspect.iscoroutinefunction(handler), handler.__name__
+
+
+class _StartedRuntime:
+    """What Runtime.start returns, as far as startup looks at it."""
+
+    def __init__(self, secure: bool) -> None:
+        self.exporter = type("E", (), {"secure": secure})()
+        self.stopped = False
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("served_securely", [True, False])
+async def test_secure_metrics_fail_closed(monkeypatch: pytest.MonkeyPatch, served_securely: bool) -> None:
+    """WVA_METRICS_SECURE with /metrics served in the clear stops the operator rather than serve it."""
+    started = _StartedRuntime(secure=served_securely)
+
+    async def start(cfg: Settings, **_: Any) -> _StartedRuntime:
+        return started
+
+    monkeypatch.setattr(handlers.Runtime, "start", start)
+    monkeypatch.setattr(handlers.gc, "freeze", lambda: None)
+    memo = kopf.Memo(settings=Settings(metrics_secure=True))
+    if served_securely:
+        await handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
+        assert memo.runtime is started and not started.stopped
+    else:
+        with pytest.raises(kopf.PermanentError, match="WVA_METRICS_SECURE"):
+            await handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
+        assert started.stopped

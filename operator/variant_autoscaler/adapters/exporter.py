@@ -267,6 +267,7 @@ class Exporter:
         self.leader = Gauge("variant_autoscaler_leader", "1 while this process is the leader.", registry=r)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.secure = False  # served over HTTPS with authentication and authorization
 
     def set_optimizer_status(self, status: str) -> None:
         self.optimizer_status.clear()
@@ -294,7 +295,8 @@ class Exporter:
         server = site._server
         sockets = getattr(server, "sockets", None) or ()
         self.port = sockets[0].getsockname()[1] if sockets else port
-        scheme = "https" if security is not None else "http"
+        self.secure = security is not None
+        scheme = "https" if self.secure else "http"
         logger.info("serving metrics on %s://%s:%s/metrics", scheme, host, self.port)
         return self.port
 
