@@ -65,8 +65,16 @@ class PrometheusStandIn:
     def stop(self) -> None:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        asyncio.run_coroutine_threadsafe(self._cancel_the_rest(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+
+    async def _cancel_the_rest(self) -> None:
+        """Handlers still holding their answers (hang, slow) end with the stand-in."""
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     async def _start(self) -> None:
         app = web.Application()
