@@ -53,6 +53,10 @@ mkdir -p "${overlay}"
     printf '    patch: |-\n'
     if [[ -n "${prometheus_url}" ]]; then
       printf '      - op: replace\n        path: /data/PROMETHEUS_BASE_URL\n        value: "%s"\n' "${prometheus_url}"
+      # The operator sends no token over plain HTTP (docs/security.md); kind's Prometheus needs none.
+      if [[ "${prometheus_url}" == http://* ]]; then
+        printf '      - op: remove\n        path: /data/PROMETHEUS_TOKEN_PATH\n'
+      fi
     fi
     if [[ -n "${interval}" ]]; then
       printf '      - op: replace\n        path: /data/GLOBAL_OPT_INTERVAL\n        value: "%s"\n' "${interval}"

@@ -168,7 +168,11 @@ class FakeKube:
                 return httpx.Response(
                     200,
                     json={
-                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                        "metadata": {
+                            "name": obj["metadata"]["name"],
+                            "namespace": obj["metadata"]["namespace"],
+                            "resourceVersion": obj["metadata"]["resourceVersion"],
+                        },
                         "spec": {"replicas": obj["spec"].get("replicas", 1)},
                         "status": {"replicas": obj.get("status", {}).get("replicas", 0)},
                     },

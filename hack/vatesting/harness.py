@@ -15,7 +15,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ OPERATOR_NS = "workload-variant-autoscaler-system"
 SERVICE_ACCOUNT = "variant-autoscaler"
 MAIN_CM = "workload-variant-autoscaler-variantautoscaling-config"
 LEASE = "variant-autoscaler-leader"
+
+#: The namespace deploy/namespaced, rbac-namespaced and rbac-apply-max-batch name as the one served.
+SHIPPED_SERVED_NS = "llm-d-sim"
 
 #: The emulator's defaults are the A100 profile of WVA's sample VariantAutoscaling.
 EMULATOR = (str(BIN / "vllm-emulator"),)
@@ -97,9 +102,14 @@ class OperatorProcess:
         *,
         identity: str = "operator-a",
         env: Mapping[str, str] | None = None,
+        operator_namespace: str = OPERATOR_NS,
+        scope_flags: bool = True,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
+        self.operator_namespace = operator_namespace
+        # False: neither -n nor -A, the scope comes from the environment (WATCH_NAMESPACE, WVA_NAMESPACES).
+        self.scope_flags = scope_flags
         self.identity = identity
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -113,12 +123,16 @@ class OperatorProcess:
             # None: cluster-wide, as the Deployment in deploy/manager runs it.
             *(["--namespace", self.namespace] if self.namespace else ["--all-namespaces"]),
             "--kubeconfig", str(self.kubeconfig),
-            "--operator-namespace", OPERATOR_NS,
+            "--operator-namespace", self.operator_namespace,
             "--metrics-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--health-host", "127.0.0.1", "--health-port", str(self.health_port),
             "--identity", self.identity,
             "--log-format", "json",
         ]  # fmt: skip
+        if not self.scope_flags:
+            argv.remove("--namespace" if self.namespace else "--all-namespaces")
+            if self.namespace:
+                argv.remove(self.namespace)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -264,3 +278,72 @@ def events(cluster: LocalCluster, namespace: str, involved: str | None = None) -
         if e["involvedObject"].get("kind") == "VariantAutoscaling"
         and (involved is None or e["involvedObject"]["name"] == involved)
     ]
+
+
+# --- an install of deploy/ under a fresh identity ---------------------------------------------------------
+# The shared test cluster holds deploy/rbac's install for the other tests; an install whose RBAC is under
+# test is moved to its own operator namespace, served namespace and cluster-scoped names, so nothing else
+# can answer for it.
+
+
+@dataclass(frozen=True)
+class Install:
+    """One install's identity on the shared cluster: where its operator runs, what it serves."""
+
+    operator_ns: str
+    served_ns: str
+    suffix: str
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.operator_ns}:{SERVICE_ACCOUNT}"
+
+
+def render_install(cluster: LocalCluster, overlay: str, install: Install) -> list[dict[str, Any]]:
+    """``kubectl kustomize deploy/OVERLAY``: its RBAC (and namespaces), moved to ``install``'s identity."""
+    text = cluster.kubectl("kustomize", str(ROOT / "deploy" / overlay)).stdout
+    text = text.replace(OPERATOR_NS, install.operator_ns).replace(SHIPPED_SERVED_NS, install.served_ns)
+    out = []
+    for obj in yaml.safe_load_all(text):
+        if obj is None or obj["kind"] in ("CustomResourceDefinition",):
+            continue
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            obj["metadata"]["name"] += install.suffix
+            ref = obj.get("roleRef") or {}
+            if ref.get("kind") == "ClusterRole" and not ref["name"].startswith("system:"):
+                ref["name"] += install.suffix
+            # Aggregation labels would fold the people's roles into admin/edit/view: not under test here.
+            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-admin", None)
+            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-edit", None)
+            obj["metadata"].get("labels", {}).pop("rbac.authorization.k8s.io/aggregate-to-view", None)
+        out.append(obj)
+    return out
+
+
+@contextlib.contextmanager
+def installed(cluster: LocalCluster, objects: Sequence[dict[str, Any]]) -> Iterator[None]:
+    namespaces = [o for o in objects if o["kind"] == "Namespace"]
+    others = [o for o in objects if o["kind"] != "Namespace"]
+    for batch in (namespaces, others):
+        if batch:
+            cluster.apply(batch)
+    try:
+        yield
+    finally:
+        # Everything explicitly: the api profile has no namespace controller to empty a deleted namespace.
+        if others:
+            text = yaml.safe_dump_all([dict(o) for o in others])
+            cluster.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=text)
+        for obj in namespaces:
+            cluster.kubectl(
+                "delete", "namespace", obj["metadata"]["name"], "--wait=false", "--ignore-not-found"
+            )
+
+
+def fresh_install() -> Install:
+    tag = uuid.uuid4().hex[:6]
+    return Install(operator_ns=f"wva-op-{tag}", served_ns=f"wva-served-{tag}", suffix=f"-{tag}")
+
+
+def namespace_manifest(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}

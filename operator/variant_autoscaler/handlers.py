@@ -74,12 +74,16 @@ def _values(index: kopf.Index[Any, Any]) -> Iterable[Any]:
 async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     cfg = memo.get("settings") or Settings()
     _tune(settings, cfg)
-    # The index defined below, injected by kopf under its function name.
-    nodes: kopf.Index[str, NodeGPUs] = kwargs["node_index"]
+    # The index defined below, injected by kopf under its function name (absent with the inventory off).
+    nodes: kopf.Index[str, NodeGPUs] | None = kwargs.get("node_index")
     try:
-        memo.runtime = await Runtime.start(cfg, nodes=lambda: _values(nodes))
+        memo.runtime = await Runtime.start(cfg, nodes=lambda: _values(nodes) if nodes is not None else ())
     except VariantAutoscalerError as exc:
         raise kopf.PermanentError(f"cannot start: {exc}") from exc
+    if cfg.metrics_secure and not memo.runtime.exporter.secure:
+        # Fail closed: a setting that asked for authentication must never leave /metrics open.
+        await memo.runtime.stop()
+        raise kopf.PermanentError("WVA_METRICS_SECURE is set, but the runtime did not secure /metrics")
     # Everything loaded so far (modules, classes, settings) lives as long as the process: keep it out of
     # the garbage collector's full passes, which otherwise walk it again every few seconds under load.
     gc.collect()
@@ -97,14 +101,19 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
 # a hop per watch event (one per status write per cycle) that cost more CPU than the handlers themselves.
 
 
-@kopf.index("", "v1", "nodes")
 async def node_index(*, name: str, body: kopf.Body, **_: Any) -> dict[str, NodeGPUs]:
     return {name: node_gpus(body)}
 
 
-@kopf.on.event("", "v1", "nodes")
 async def node_event(*, type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.runtime.engine.notify_node(type, body)
+
+
+def watch_nodes(registry: kopf.OperatorRegistry) -> None:
+    """Register the node handlers: only with the GPU inventory on, since nodes are cluster-scoped and a
+    namespaced install (Roles only, deploy/namespaced) may not watch them."""
+    kopf.index("", "v1", "nodes", registry=registry)(node_index)
+    kopf.on.event("", "v1", "nodes", registry=registry)(node_event)
 
 
 @kopf.on.probe(id="cycle")
@@ -129,6 +138,8 @@ def run_operator(cfg: Settings) -> None:
         # One line per HTTP request, and one per watch event ("Handler ... succeeded"), are debug noise.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if cfg.gpu_inventory:
+        watch_nodes(kopf.get_default_registry())
     kopf.run(
         standalone=True,  # one active replica is ensured by our Lease, not by kopf's peering CRDs
         clusterwide=cfg.clusterwide,

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
         max_length=63,
         validation_alias=AliasChoices("WVA_CONTROLLER_INSTANCE", "CONTROLLER_INSTANCE"),
     )
+    # Watch the nodes' GPUs (cluster-scoped; limited mode needs them). Off for a namespaced install with
+    # Roles only (deploy/namespaced).
+    gpu_inventory: bool = True
 
     # Where the three ConfigMaps live (WVA hard-codes its namespace; ours is configurable).
     operator_namespace: str = Field(
@@ -79,6 +82,12 @@ class Settings(BaseSettings):
     # Our metrics endpoint (WVA's inferno_* gauges and the operator's own metrics) and the liveness probe.
     metrics_host: str = "0.0.0.0"  # a pod listens on its pod IP
     metrics_port: int = Field(default=8080, ge=0, le=65535)
+    # Secure metrics (docs/security.md): HTTPS with this certificate and key (PEM files, e.g. a mounted
+    # kubernetes.io/tls Secret), answered only to callers whose token the API server authenticates and who
+    # may `get` the non-resource URL /metrics.
+    metrics_secure: bool = False
+    metrics_cert_file: str | None = None
+    metrics_key_file: str | None = None
     health_host: str = "0.0.0.0"
     health_port: int = Field(default=8081, ge=0, le=65535)
     # The probe fails when no cycle has completed for this long; 0 means 3 intervals + 60 s.
@@ -134,6 +143,9 @@ class Settings(BaseSettings):
     )
     prometheus_token_path: str | None = Field(
         default=None, validation_alias=AliasChoices("PROMETHEUS_TOKEN_PATH")
+    )
+    prometheus_allow_token_over_http: str | None = Field(
+        default=None, validation_alias=AliasChoices("PROMETHEUS_ALLOW_TOKEN_OVER_HTTP")
     )
     scale_to_zero: str | None = Field(default=None, validation_alias=AliasChoices("WVA_SCALE_TO_ZERO"))
 
@@ -192,6 +204,7 @@ class Settings(BaseSettings):
             "PROMETHEUS_SERVER_NAME": self.prometheus_server_name,
             "PROMETHEUS_BEARER_TOKEN": self.prometheus_bearer_token,
             "PROMETHEUS_TOKEN_PATH": self.prometheus_token_path,
+            "PROMETHEUS_ALLOW_TOKEN_OVER_HTTP": self.prometheus_allow_token_over_http,
             "WVA_SCALE_TO_ZERO": self.scale_to_zero,
         }
         assert set(PROMETHEUS_KEYS) <= set(values)

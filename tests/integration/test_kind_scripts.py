@@ -286,6 +286,7 @@ def test_kind_up_deploy_demo_and_down(control_plane: LocalCluster, env: dict[str
         control_plane, "-n", ns, "get", "configmap", "workload-variant-autoscaler-variantautoscaling-config"
     )
     assert config["data"]["PROMETHEUS_BASE_URL"] == "http://prometheus-operated.monitoring.svc:9090"
+    assert "PROMETHEUS_TOKEN_PATH" not in config["data"]  # no token over plain HTTP
     assert config["data"]["GLOBAL_OPT_INTERVAL"] == "15s"
     control_plane.kubectl("-n", ns, "get", "servicemonitor", "variant-autoscaler")
     control_plane.kubectl("get", "crd", "variantautoscalings.llmd.ai")
@@ -324,6 +325,7 @@ def test_kind_up_deploy_demo_and_down(control_plane: LocalCluster, env: dict[str
         control_plane, "-n", ns, "get", "configmap", "workload-variant-autoscaler-variantautoscaling-config"
     )
     assert config["data"]["PROMETHEUS_BASE_URL"] == "https://prometheus.example:9090"
+    assert config["data"]["PROMETHEUS_TOKEN_PATH"]  # over HTTPS the ServiceAccount token is kept
 
     # ---- teardown: demo, operator, cluster (no namespace controller here: namespaces stay Terminating) -
     run("kind-demo.sh", "delete", env=env)

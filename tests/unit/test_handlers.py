@@ -75,6 +75,19 @@ async def test_the_node_index_holds_gpu_facts() -> None:
     }
 
 
+def test_nodes_are_watched_only_when_asked() -> None:
+    registry = kopf.OperatorRegistry()
+    assert not registry._indexing.has_handlers(resource=_NODES)
+    handlers.watch_nodes(registry)
+    assert registry._indexing.has_handlers(resource=_NODES)
+    assert registry._watching.has_handlers(resource=_NODES)
+    # The default registry, as imported: nothing about nodes until run_operator asks (gpu_inventory).
+    assert not kopf.get_default_registry()._indexing.has_handlers(resource=_NODES)
+
+
+_NODES = kopf.Resource("", "v1", "nodes", namespaced=False)
+
+
 def test_probe_reports_health_and_fails_permanently_when_cycles_stop() -> None:
     assert handlers.cycle_probe(memo=_memo(FakeEngine())) == {"leader": True, "cycles": 3}
     with pytest.raises(kopf.PermanentError, match="no cycle has completed"):
@@ -122,3 +135,34 @@ def test_watch_event_handlers_are_coroutines() -> None:
 
     for handler in (handlers.node_index, handlers.node_event):
         assert inspect.iscoroutinefunction(handler), handler.__name__
+
+
+class _StartedRuntime:
+    """What Runtime.start returns, as far as startup looks at it."""
+
+    def __init__(self, secure: bool) -> None:
+        self.exporter = type("E", (), {"secure": secure})()
+        self.stopped = False
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("served_securely", [True, False])
+async def test_secure_metrics_fail_closed(monkeypatch: pytest.MonkeyPatch, served_securely: bool) -> None:
+    """WVA_METRICS_SECURE with /metrics served in the clear stops the operator rather than serve it."""
+    started = _StartedRuntime(secure=served_securely)
+
+    async def start(cfg: Settings, **_: Any) -> _StartedRuntime:
+        return started
+
+    monkeypatch.setattr(handlers.Runtime, "start", start)
+    monkeypatch.setattr(handlers.gc, "freeze", lambda: None)
+    memo = kopf.Memo(settings=Settings(metrics_secure=True))
+    if served_securely:
+        await handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
+        assert memo.runtime is started and not started.stopped
+    else:
+        with pytest.raises(kopf.PermanentError, match="WVA_METRICS_SECURE"):
+            await handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
+        assert started.stopped

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import (
@@ -37,6 +38,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from variant_autoscaler.adapters.metrics_auth import MetricsSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +267,7 @@ class Exporter:
         self.leader = Gauge("variant_autoscaler_leader", "1 while this process is the leader.", registry=r)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.secure = False  # served over HTTPS with authentication and authorization
 
     def set_optimizer_status(self, status: str) -> None:
         self.optimizer_status.clear()
@@ -274,19 +279,25 @@ class Exporter:
     async def _metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def start(self, host: str, port: int) -> int:
-        """Serve ``/metrics``; returns the bound port (``port=0`` picks a free one)."""
-        app = web.Application()
+    async def start(self, host: str, port: int, *, security: MetricsSecurity | None = None) -> int:
+        """Serve ``/metrics``; returns the bound port (``port=0`` picks a free one).
+
+        With ``security``: over HTTPS, and only to callers the API server authenticates and authorizes
+        (:mod:`variant_autoscaler.adapters.metrics_auth`).
+        """
+        app = web.Application(middlewares=[security.middleware] if security is not None else [])
         app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=security.ssl_context if security else None)
         await site.start()
         self._runner = runner
         server = site._server
         sockets = getattr(server, "sockets", None) or ()
         self.port = sockets[0].getsockname()[1] if sockets else port
-        logger.info("serving metrics on http://%s:%s/metrics", host, self.port)
+        self.secure = security is not None
+        scheme = "https" if self.secure else "http"
+        logger.info("serving metrics on %s://%s:%s/metrics", scheme, host, self.port)
         return self.port
 
     async def stop(self) -> None:

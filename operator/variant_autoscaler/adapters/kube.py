@@ -12,6 +12,12 @@ Credentials come from the in-cluster ServiceAccount or a kubeconfig, loaded by t
 Library errors become :mod:`variant_autoscaler.errors` types: HTTP 409 is a :class:`ConflictError`,
 404 a :class:`NotFoundError`, 403 a :class:`ForbiddenError`, 422 an :class:`InvalidError`; transport
 errors and 5xx are retried a bounded number of times and then raised as :class:`KubeError`.
+
+A variant acts only in its own namespace. Every URL is built from parts checked and percent-quoted by
+:mod:`variant_autoscaler.adapters.refs` (refused before any request when Kubernetes would not allow
+them); a scale target must be of a namespaced kind, and the object read must say it lives in the
+namespace asked for. Without these, a scale target named ``../../victim-ns/statefulsets/victim`` was
+normalised by the HTTP client into another namespace's object, which the operator then patched.
 """
 
 from __future__ import annotations
@@ -29,6 +35,16 @@ import aiohttp
 import orjson
 
 from variant_autoscaler import USER_AGENT
+from variant_autoscaler.adapters.refs import (
+    NamespaceMismatchError,
+    api_prefix,
+    check_kind,
+    check_name,
+    check_namespace,
+    name_part,
+    ns_part,
+    segment,
+)
 from variant_autoscaler.api.v1alpha1 import GROUP, PLURAL, VERSION
 from variant_autoscaler.errors import ConfigError, ConflictError, KubeError
 
@@ -387,15 +403,30 @@ class KubeClient:
     async def resource_path(self, api_version: str, kind: str, namespace: str | None) -> str:
         """The collection path of ``kind`` (found by API discovery, cached)."""
         plural, namespaced = await self._plural(api_version, kind)
-        prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        prefix = api_prefix(api_version)
         if namespaced and namespace is not None:
-            return f"{prefix}/namespaces/{namespace}/{plural}"
-        return f"{prefix}/{plural}"
+            return f"{prefix}/namespaces/{ns_part(namespace)}/{segment(plural)}"
+        return f"{prefix}/{segment(plural)}"
+
+    async def object_path(self, api_version: str, kind: str, namespace: str, name: str) -> str:
+        """The path of one object of a *namespaced* kind in ``namespace``; a cluster-scoped kind is
+        refused, since a variant acts only on objects in its own namespace."""
+        check_namespace(namespace)
+        check_name(name, kind)
+        plural, namespaced = await self._plural(api_version, kind)
+        if not namespaced:
+            raise NamespaceMismatchError(
+                f"{kind} ({api_version}) is cluster-scoped: a variant only acts on objects in its own "
+                f"namespace {namespace}"
+            )
+        prefix = api_prefix(api_version)
+        return f"{prefix}/namespaces/{ns_part(namespace)}/{segment(plural)}/{name_part(name, kind)}"
 
     async def _plural(self, api_version: str, kind: str) -> tuple[str, bool]:
         key = (api_version, kind)
         if key not in self._plurals:
-            prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            check_kind(kind)
+            prefix = api_prefix(api_version)
             listing = await self.request("GET", prefix)
             for res in listing.get("resources", ()):
                 if "/" not in res.get("name", "") and res.get("kind"):
@@ -408,7 +439,8 @@ class KubeClient:
 
     async def get_configmap(self, namespace: str, name: str) -> JSON | None:
         try:
-            return await self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+            path = f"/api/v1/namespaces/{ns_part(namespace)}/configmaps/{name_part(name, 'ConfigMap')}"
+            return await self.request("GET", path)
         except NotFoundError:
             return None
 
@@ -416,16 +448,21 @@ class KubeClient:
 
     async def list_deployments(self, namespace: str | None) -> list[JSON]:
         path = (
-            f"/apis/apps/v1/namespaces/{namespace}/deployments" if namespace else "/apis/apps/v1/deployments"
+            f"/apis/apps/v1/namespaces/{ns_part(namespace)}/deployments"
+            if namespace
+            else "/apis/apps/v1/deployments"
         )
         return await self._list(path)
 
     async def get_object(self, api_version: str, kind: str, namespace: str, name: str) -> JSON:
-        return await self.request("GET", f"{await self.resource_path(api_version, kind, namespace)}/{name}")
+        """One object of a namespaced kind, refused unless it says it lives in ``namespace``."""
+        path = await self.object_path(api_version, kind, namespace, name)
+        return _in_namespace(await self.request("GET", path), namespace, f"{kind} {name}")
 
     async def get_scale(self, api_version: str, kind: str, namespace: str, name: str) -> JSON:
-        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}/scale"
-        return await self.request("GET", path)
+        """The ``/scale`` subresource, refused unless it says it lives in ``namespace``."""
+        path = f"{await self.object_path(api_version, kind, namespace, name)}/scale"
+        return _in_namespace(await self.request("GET", path), namespace, f"{kind} {name}/scale")
 
     async def patch_scale(
         self,
@@ -439,7 +476,7 @@ class KubeClient:
     ) -> JSON:
         """Set the replicas through ``/scale``; with a resourceVersion the patch fails with 409 (a
         :class:`ConflictError`) if the target changed since it was read at that version."""
-        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}/scale"
+        path = f"{await self.object_path(api_version, kind, namespace, name)}/scale"
         body: JSON = {"spec": {"replicas": replicas}}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
@@ -448,12 +485,12 @@ class KubeClient:
     async def json_patch(
         self, api_version: str, kind: str, namespace: str, name: str, ops: Sequence[JSON]
     ) -> JSON:
-        path = f"{await self.resource_path(api_version, kind, namespace)}/{name}"
+        path = await self.object_path(api_version, kind, namespace, name)
         return await self.request("PATCH", path, body=list(ops), content_type=JSON_PATCH)
 
     async def list_hpas(self, namespace: str | None) -> list[JSON]:
         path = (
-            f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
+            f"/apis/autoscaling/v2/namespaces/{ns_part(namespace)}/horizontalpodautoscalers"
             if namespace
             else "/apis/autoscaling/v2/horizontalpodautoscalers"
         )
@@ -490,7 +527,7 @@ class KubeClient:
 
     @staticmethod
     def va_path(namespace: str, name: str) -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{ns_part(namespace)}/{PLURAL}/{name_part(name)}"
 
     async def get_va(self, namespace: str, name: str) -> JSON:
         return await self.request("GET", self.va_path(namespace, name))
@@ -499,7 +536,7 @@ class KubeClient:
     def va_collection(namespace: str | None) -> str:
         """The VariantAutoscalings of one namespace, or of all of them."""
         if namespace:
-            return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+            return f"/apis/{GROUP}/{VERSION}/namespaces/{ns_part(namespace)}/{PLURAL}"
         return f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
     async def list_vas(self, namespace: str | None = None) -> list[JSON]:
@@ -546,14 +583,28 @@ class KubeClient:
     # --- Events -------------------------------------------------------------------------------------
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
-        return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", body=dict(event))
+        return await self.request("POST", f"/api/v1/namespaces/{ns_part(namespace)}/events", body=dict(event))
+
+    # --- authentication and authorization of callers (the secure metrics endpoint) -----------------
+
+    async def review_token(self, token: str) -> JSON:
+        """A TokenReview of a caller's bearer token; returns its ``status``."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        review = await self.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body=body)
+        return dict(review.get("status") or {})
+
+    async def review_access(self, spec: Mapping[str, Any]) -> JSON:
+        """A SubjectAccessReview (may this user do this?); returns its ``status``."""
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": dict(spec)}
+        review = await self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+        return dict(review.get("status") or {})
 
     # --- Leases -------------------------------------------------------------------------------------
 
     @staticmethod
     def lease_path(namespace: str, name: str | None = None) -> str:
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-        return f"{base}/{name}" if name else base
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{ns_part(namespace)}/leases"
+        return f"{base}/{name_part(name, 'Lease')}" if name else base
 
     async def get_lease(self, namespace: str, name: str) -> JSON | None:
         try:
@@ -566,6 +617,17 @@ class KubeClient:
 
     async def replace_lease(self, namespace: str, name: str, lease: Mapping[str, Any]) -> JSON:
         return await self.request("PUT", self.lease_path(namespace, name), body=dict(lease))
+
+
+def _in_namespace(obj: JSON, namespace: str, what: str) -> JSON:
+    """``obj`` if its metadata says it lives in ``namespace``; else :class:`NamespaceMismatchError`."""
+    found = (obj.get("metadata") or {}).get("namespace")
+    if found != namespace:
+        raise NamespaceMismatchError(
+            f"{what}: the API server returned an object in namespace {found!r}, not {namespace!r}; "
+            "a variant only acts on objects in its own namespace"
+        )
+    return obj
 
 
 def _error(method: str, path: str, status: int, raw: bytes) -> KubeError:

@@ -8,8 +8,11 @@ completion rate under-reads demand (see :func:`demand_rate`).
 
 Transport: httpx over HTTPS with a CA bundle, a client certificate, a bearer token or a token file
 (re-read when it changes, for rotated ServiceAccount tokens). Certificate verification is on unless the
-configuration explicitly skips it. Timeouts and bounded retries; every failure becomes a
-:class:`~variant_autoscaler.errors.CollectionError`.
+configuration explicitly skips it, and a token is never sent over plain ``http://`` unless the
+configuration explicitly allows it. Bounded whatever Prometheus does: one deadline per query, retries
+included (a response dribbled byte by byte used to hold a cycle for ever, since httpx's timeouts are per
+read), one for the cycle's whole query set, and a cap on the size of a response. Every failure becomes
+a :class:`~variant_autoscaler.errors.CollectionError`, and missing metrics never scale anything down.
 """
 
 from __future__ import annotations
@@ -139,8 +142,17 @@ class _TokenSource:
         return self._cached[1] or None
 
 
+#: The largest response body read (after content decoding). A cycle's query at 500 variants answers
+#: about 100 KB; anything near this is not a vLLM fleet's metrics.
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
 class PrometheusClient:
-    """Instant queries against Prometheus' HTTP API, with timeouts and bounded retries."""
+    """Instant queries against Prometheus' HTTP API, bounded in time and size, with bounded retries.
+
+    ``timeout`` is the total deadline of one query (connecting, waiting, reading the whole body, and
+    retries); ``cycle_timeout`` (default: ``timeout``) the total deadline of the collector's query set.
+    """
 
     def __init__(
         self,
@@ -150,10 +162,25 @@ class PrometheusClient:
         retries: int = 2,
         backoff: float = 0.25,
         transport: httpx.AsyncBaseTransport | None = None,
+        cycle_timeout: float | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if not cfg.base_url:
             raise ConfigError("PROMETHEUS_BASE_URL is not set")
+        if (
+            cfg.base_url.startswith("http://")
+            and (cfg.bearer_token or cfg.token_path)
+            and not cfg.allow_token_over_http
+        ):
+            raise ConfigError(
+                f"PROMETHEUS_BASE_URL {cfg.base_url} is plain http://: the bearer token "
+                "(PROMETHEUS_TOKEN_PATH or PROMETHEUS_BEARER_TOKEN) would travel unencrypted; use https://, "
+                'remove the token, or set PROMETHEUS_ALLOW_TOKEN_OVER_HTTP: "true"'
+            )
         self.cfg = cfg
+        self.timeout = timeout
+        self.cycle_timeout = cycle_timeout if cycle_timeout is not None else timeout
+        self.max_response_bytes = max_response_bytes
         self._retries = retries
         self._backoff = backoff
         self._token = _TokenSource(cfg.bearer_token, cfg.token_path)
@@ -170,21 +197,39 @@ class PrometheusClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def query(self, promql: str, *, at: float | None = None) -> list[Sample]:
-        """Run an instant query; return its vector samples (a non-vector result is an error)."""
+    async def query(
+        self, promql: str, *, at: float | None = None, deadline: float | None = None
+    ) -> list[Sample]:
+        """Run an instant query; return its vector samples (a non-vector result is an error).
+
+        Done within ``timeout`` seconds, retries included, or by ``deadline`` (the event loop's clock)
+        if that is earlier; otherwise a :class:`CollectionError`.
+        """
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        end = started + self.timeout
+        if deadline is not None:
+            end = min(end, deadline)
         attempt = 0
         while True:
             try:
-                return await self._query_once(params)
+                async with asyncio.timeout_at(end):
+                    return await self._query_once(params)
+            except TimeoutError:
+                raise CollectionError(
+                    f"Prometheus query did not complete within its deadline ({end - started:.3g}s, "
+                    f"{attempt + 1} attempt(s))"
+                ) from None
             except _Retryable as exc:
-                if attempt >= self._retries:
+                delay = self._backoff * (2**attempt)
+                if attempt >= self._retries or loop.time() + delay >= end:
                     raise CollectionError(
                         f"Prometheus query failed after {attempt + 1} attempts: {exc}"
                     ) from exc
-                await asyncio.sleep(self._backoff * (2**attempt))
+                await asyncio.sleep(delay)
                 attempt += 1
 
     async def _query_once(self, params: dict[str, str]) -> list[Sample]:
@@ -195,19 +240,20 @@ class PrometheusClient:
         extensions = {"sni_hostname": self.cfg.server_name} if self.cfg.server_name else None
         self.queries_issued += 1
         try:
-            response = await self._client.get(
-                "/api/v1/query", params=params, headers=headers, extensions=extensions
-            )
+            async with self._client.stream(
+                "GET", "/api/v1/query", params=params, headers=headers, extensions=extensions
+            ) as response:
+                status = response.status_code
+                content = await self._read_capped(response)
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 500 or response.status_code == 429:
-            raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}")
+        text = content[:200].decode(errors="replace")
+        if status >= 500 or status == 429:
+            raise _Retryable(f"HTTP {status}: {text}")
         try:
-            body = _Response.model_validate_json(response.content)
+            body = _Response.model_validate_json(content)
         except ValidationError as exc:
-            raise CollectionError(
-                f"unexpected Prometheus response (HTTP {response.status_code}): {response.text[:200]}"
-            ) from exc
+            raise CollectionError(f"unexpected Prometheus response (HTTP {status}): {text}") from exc
         if body.status != "success" or body.data is None:
             raise CollectionError(f"Prometheus error {body.errorType}: {body.error}")
         if body.data.resultType != "vector":
@@ -227,6 +273,21 @@ class PrometheusClient:
                 assert sample is not None
             samples.append(sample)
         return samples
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        """The whole body, or a :class:`CollectionError` as soon as it passes the size cap."""
+        cap = self.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise CollectionError(f"the Prometheus response is {declared} bytes, more than the cap of {cap}")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise CollectionError(f"the Prometheus response passed the cap of {cap} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _sample(item: object) -> Sample | None:
@@ -337,9 +398,18 @@ class Collector:
     ) -> MetricsSnapshot:
         queries = build_queries(window_seconds)
         names = list(queries)
-        results = await asyncio.gather(
-            *(self.client.query(queries[name], at=now) for name in names), return_exceptions=True
-        )
+        # One deadline for the whole set (the queries run at once), whatever each one's retries do.
+        deadline = asyncio.get_running_loop().time() + self.client.cycle_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                results = await asyncio.gather(
+                    *(self.client.query(queries[name], at=now, deadline=deadline) for name in names),
+                    return_exceptions=True,
+                )
+        except TimeoutError:
+            raise CollectionError(
+                f"the cycle's Prometheus queries did not complete within {self.client.cycle_timeout:g}s"
+            ) from None
         values: dict[str, dict[ModelKey, float]] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, CollectionError):

@@ -66,6 +66,7 @@ PROMETHEUS_KEYS: tuple[str, ...] = (
     "PROMETHEUS_SERVER_NAME",
     "PROMETHEUS_BEARER_TOKEN",
     "PROMETHEUS_TOKEN_PATH",
+    "PROMETHEUS_ALLOW_TOKEN_OVER_HTTP",
 )
 
 #: Every key the main ConfigMap may set (a unit test checks that parse_main_config reads no other); keys
@@ -155,6 +156,8 @@ class PrometheusConfig(BaseModel):
     server_name: str | None = None
     bearer_token: str | None = None
     token_path: str | None = None
+    # A bearer token is sent over plain http:// only when this is set (exactly "true").
+    allow_token_over_http: bool = False
 
     @classmethod
     def from_keys(cls, data: Mapping[str, str]) -> PrometheusConfig:
@@ -180,6 +183,7 @@ class PrometheusConfig(BaseModel):
             server_name=opt("PROMETHEUS_SERVER_NAME"),
             bearer_token=opt("PROMETHEUS_BEARER_TOKEN"),
             token_path=opt("PROMETHEUS_TOKEN_PATH"),
+            allow_token_over_http=data.get("PROMETHEUS_ALLOW_TOKEN_OVER_HTTP", "").strip() == "true",
         )
 
 

@@ -24,6 +24,15 @@ from variant_autoscaler.adapters.kube import (
     target_from_scale,
     with_max_num_seqs,
 )
+from variant_autoscaler.adapters.refs import (
+    InvalidReferenceError,
+    NamespaceMismatchError,
+    check_api_version,
+    check_kind,
+    check_name,
+    check_namespace,
+    segment,
+)
 from variant_autoscaler.errors import ConflictError, KubeError
 
 
@@ -173,6 +182,139 @@ async def test_discovery_finds_plural_of_any_scalable_kind() -> None:
     assert "/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets/lws/scale" in calls
     with pytest.raises(NotFoundError):
         await client.resource_path("example.com/v1", "Widget", "ns")
+
+
+_APPS = {
+    "resources": [
+        {"name": "deployments", "kind": "Deployment", "namespaced": True},
+        {"name": "statefulsets", "kind": "StatefulSet", "namespaced": True},
+        {"name": "statefulsets/scale", "kind": "Scale", "namespaced": True},
+    ]
+}
+
+
+def _recording(answer: Any = None) -> tuple[KubeClient, list[httpx.Request]]:
+    """A client whose API server serves apps/v1 discovery and answers everything else with ``answer``."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/apis/apps/v1":
+            return httpx.Response(200, json=_APPS)
+        return httpx.Response(200, json=answer if answer is not None else {})
+
+    return _client(handler), seen
+
+
+TRAVERSALS = [
+    "../../victim-ns/statefulsets/victim",
+    "..",
+    ".",
+    "victim/scale",
+    "victim%2F..%2F..",
+    "Victim",
+    "victim?dryRun=All",
+    "victim#x",
+    "",
+    "a" * 254,
+    "-victim",
+    "victim\n",
+]
+
+
+@pytest.mark.parametrize("name", TRAVERSALS)
+async def test_a_target_name_that_is_not_a_kubernetes_name_is_refused_before_any_request(name: str) -> None:
+    client, seen = _recording()
+    for call in (
+        client.get_object("apps/v1", "StatefulSet", "team-a", name),
+        client.get_scale("apps/v1", "StatefulSet", "team-a", name),
+        client.patch_scale("apps/v1", "StatefulSet", "team-a", name, 3),
+        client.json_patch("apps/v1", "Deployment", "team-a", name, [{"op": "add", "path": "/x", "value": 1}]),
+    ):
+        with pytest.raises(InvalidReferenceError, match="not a valid"):
+            await call
+    assert [r.url.path for r in seen if r.url.path != "/apis/apps/v1"] == []
+
+
+@pytest.mark.parametrize("namespace", ["../victim-ns", "Team-A", "", "a" * 64, "team.a", "team/a"])
+async def test_a_namespace_that_is_not_a_namespace_name_is_refused_before_any_request(namespace: str) -> None:
+    client, seen = _recording()
+    with pytest.raises(InvalidReferenceError):
+        await client.get_object("apps/v1", "StatefulSet", namespace, "web")
+    if namespace:  # "" lists every namespace (the cluster-wide list)
+        with pytest.raises(InvalidReferenceError):
+            await client.list_deployments(namespace)
+    with pytest.raises(InvalidReferenceError):
+        await client.patch_va_status(namespace, "va", {}, None)
+    with pytest.raises(InvalidReferenceError):
+        await client.create_event(namespace, {})
+    with pytest.raises(InvalidReferenceError):
+        await client.get_configmap(namespace, "cm")
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("apps/v1/namespaces/victim-ns/statefulsets", "StatefulSet"),
+        ("../../api/v1", "StatefulSet"),
+        ("apps/v1", "StatefulSet/scale"),
+        ("apps/v1", "../Secret"),
+        ("", "StatefulSet"),
+        ("apps/V1", "StatefulSet"),
+    ],
+)
+async def test_an_invalid_kind_or_api_version_is_refused_before_any_request(
+    api_version: str, kind: str
+) -> None:
+    client, seen = _recording()
+    with pytest.raises(InvalidReferenceError):
+        await client.get_scale(api_version, kind, "team-a", "web")
+    assert seen == []
+
+
+def test_kubernetes_name_rules() -> None:
+    assert check_namespace("team-a") == "team-a" and check_namespace("a" * 63)
+    assert check_name("vllm.granite-13b") and check_name("a" * 253)
+    assert check_kind("LeaderWorkerSet") and check_api_version("v1")
+    assert check_api_version("leaderworkerset.x-k8s.io/v1") and check_api_version("apps/v1beta2")
+    for bad in ("a/b/c", "v1/", "/v1", "apps/1"):
+        with pytest.raises(InvalidReferenceError):
+            check_api_version(bad)
+    # Quoting is the second line: nothing in a segment can add a segment or a query.
+    assert segment("../a/b?c#d%") == "..%2Fa%2Fb%3Fc%23d%25"
+
+
+async def test_an_object_from_another_namespace_is_refused() -> None:
+    elsewhere = {"metadata": {"name": "web", "namespace": "victim-ns", "resourceVersion": "1"}}
+    client, _ = _recording(elsewhere)
+    with pytest.raises(NamespaceMismatchError, match="'victim-ns', not 'team-a'"):
+        await client.get_object("apps/v1", "StatefulSet", "team-a", "web")
+    with pytest.raises(NamespaceMismatchError):
+        await client.get_scale("apps/v1", "StatefulSet", "team-a", "web")
+    nowhere = {"metadata": {"name": "web", "resourceVersion": "1"}}  # no namespace: cluster-scoped
+    client, _ = _recording(nowhere)
+    with pytest.raises(NamespaceMismatchError, match="None"):
+        await client.get_object("apps/v1", "StatefulSet", "team-a", "web")
+    here = {"metadata": {"name": "web", "namespace": "team-a"}}
+    client, seen = _recording(here)
+    assert await client.get_scale("apps/v1", "StatefulSet", "team-a", "web") == here
+    assert seen[-1].url.path == "/apis/apps/v1/namespaces/team-a/statefulsets/web/scale"
+
+
+async def test_a_cluster_scoped_kind_is_never_a_target() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/apis/example.com/v1":
+            return httpx.Response(
+                200, json={"resources": [{"name": "widgets", "kind": "Widget", "namespaced": False}]}
+            )
+        raise AssertionError(f"no request beyond discovery expected: {request.url}")
+
+    client = _client(handler)
+    with pytest.raises(NamespaceMismatchError, match="cluster-scoped"):
+        await client.patch_scale("example.com/v1", "Widget", "team-a", "w", 3)
+    with pytest.raises(NamespaceMismatchError, match="cluster-scoped"):
+        await client.get_object("example.com/v1", "Widget", "team-a", "w")
 
 
 def _deployment(**spec: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import ssl
@@ -234,3 +235,121 @@ async def test_vector_samples_are_read_exactly_or_rejected(item: Any, expected: 
     labels, value = expected
     assert dict(sample.labels) == labels and sample.timestamp == NOW
     assert sample.value == value or (math.isnan(value) and math.isnan(sample.value))
+
+
+# --- bounds: whatever Prometheus does, a query and a cycle end, and a body has a size limit -------------
+
+
+def _bounded(handler: Any, **kwargs: Any) -> PrometheusClient:
+    config = PrometheusConfig(base_url="https://prom.test:9090")
+    return PrometheusClient(config, transport=httpx.MockTransport(handler), backoff=0.0, **kwargs)
+
+
+async def _dribble() -> Any:
+    """One byte at a time, for ever: each read is quick, the response never ends."""
+    yield b'{"status":"success","data":{"resultType":"vector","result":['
+    while True:
+        await asyncio.sleep(0.01)
+        yield b" "
+
+
+async def test_a_dribbled_response_ends_at_the_query_deadline() -> None:
+    client = _bounded(lambda _: httpx.Response(200, content=_dribble()), timeout=0.3, retries=5)
+    with pytest.raises(CollectionError, match="deadline"):
+        await client.query("up")
+    assert client.queries_issued == 1  # the deadline covers retries: none was started after it
+
+
+async def test_a_hanging_prometheus_ends_at_the_query_deadline() -> None:
+    async def hang(_: httpx.Request) -> httpx.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    with pytest.raises(CollectionError, match="deadline"):
+        await _bounded(hang, timeout=0.2).query("up")
+
+
+async def test_retries_stop_at_the_deadline() -> None:
+    calls = []
+
+    async def slow_503(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        await asyncio.sleep(0.1)
+        return httpx.Response(503, text="overloaded")
+
+    with pytest.raises(CollectionError):
+        await _bounded(slow_503, timeout=0.25, retries=100).query("up")
+    assert 1 <= len(calls) <= 3  # not 101
+
+
+async def test_the_cycle_has_one_deadline_for_all_its_queries() -> None:
+    """Each query alone would finish within its own deadline; together they share the cycle's."""
+    fake = FakePrometheus({"newest": [(A, NOW)]})
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.5)
+        return fake(request)
+
+    client = _bounded(slow, timeout=5.0, cycle_timeout=0.2)
+    with pytest.raises(CollectionError, match=r"deadline|within"):
+        await Collector(client).collect(now=NOW)
+    quick = _bounded(fake, timeout=5.0, cycle_timeout=5.0)
+    assert (await Collector(quick).collect(now=NOW)).lookup("llama", "team-a").state == "ok"
+
+
+async def test_a_body_over_the_cap_is_refused() -> None:
+    huge = _vector([(A, 1.0)] * 50)
+    size = len(json.dumps(huge))
+    declared = _bounded(lambda _: httpx.Response(200, json=huge), max_response_bytes=size // 2)
+    with pytest.raises(CollectionError, match="cap"):
+        await declared.query("up")
+
+    async def endless() -> Any:
+        yield b'{"status":"success","data":{"resultType":"vector","result":['
+        while True:
+            yield b'{"metric":{},"value":[1,"1"]},' * 100
+
+    streamed = _bounded(lambda _: httpx.Response(200, content=endless()), max_response_bytes=1 << 20)
+    with pytest.raises(CollectionError, match="cap"):
+        await streamed.query("up")
+    assert (
+        len(await _bounded(lambda _: httpx.Response(200, json=huge), max_response_bytes=size).query("up"))
+        == 50
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x00\xff garbage",
+        b"[" * 100_000,  # nested far beyond any recursion limit
+        b'{"status":"success","data":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_001,
+        b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":1},"value":[1,"x"]}]}}',
+        b'{"status":"success"',
+    ],
+)
+async def test_garbage_is_a_collection_error(body: bytes) -> None:
+    with pytest.raises(CollectionError):
+        await _bounded(lambda _: httpx.Response(200, content=body)).query("up")
+
+
+def test_no_token_over_plain_http_unless_allowed(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret")
+    for cfg in (
+        PrometheusConfig(base_url="http://prom:9090", token_path=str(token)),
+        PrometheusConfig(base_url="http://prom:9090", bearer_token="s3cret"),
+    ):
+        with pytest.raises(ConfigError, match="PROMETHEUS_ALLOW_TOKEN_OVER_HTTP"):
+            PrometheusClient(cfg)
+    PrometheusClient(PrometheusConfig(base_url="http://prom:9090"))  # no token: fine
+    PrometheusClient(PrometheusConfig(base_url="https://prom:9090", token_path=str(token)))
+    allowed = PrometheusConfig.from_keys(
+        {
+            "PROMETHEUS_BASE_URL": "http://prom:9090",
+            "PROMETHEUS_TOKEN_PATH": str(token),
+            "PROMETHEUS_ALLOW_TOKEN_OVER_HTTP": "true",
+        }
+    )
+    assert allowed.allow_token_over_http
+    PrometheusClient(allowed)
