@@ -117,7 +117,9 @@ class OperatorProcess:
         self.env = {**os.environ, "WVA_DEBOUNCE_SECONDS": "0.5", **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> OperatorProcess:
+    def start(self, *, plain_metrics: bool = True) -> OperatorProcess:
+        """Start, and wait until it serves: its plain-HTTP metrics, or (``plain_metrics=False``, secure
+        metrics) its liveness endpoint."""
         argv = [
             str(BIN / "variant-autoscaler"), "run",
             # None: cluster-wide, as the Deployment in deploy/manager runs it.
@@ -136,10 +138,24 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        wait_for(
-            lambda: self.alive() and self.scrape() is not None, timeout=60, what=f"{self.identity} metrics"
-        )
+        if plain_metrics:
+            wait_for(
+                lambda: self.alive() and self.scrape() is not None,
+                timeout=60,
+                what=f"{self.identity} metrics",
+            )
+        else:
+            wait_for(
+                lambda: self.alive() and self._answers_health(), timeout=60, what=f"{self.identity} health"
+            )
         return self
+
+    def _answers_health(self) -> bool:
+        try:
+            self.health()
+        except (urllib.error.URLError, OSError):
+            return False
+        return True
 
     def alive(self) -> bool:
         if self.process is None or self.process.poll() is not None:

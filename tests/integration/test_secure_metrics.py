@@ -24,6 +24,7 @@ from variant_autoscaler.adapters.metrics_auth import metrics_security
 from variant_autoscaler.settings import Settings
 from vatesting.harness import (
     SERVICE_ACCOUNT,
+    OperatorProcess,
     fresh_install,
     installed,
     namespace_manifest,
@@ -114,6 +115,38 @@ def test_metrics_are_served_only_to_callers_the_api_server_allows(
                 return out
 
             answers = asyncio.run(scrape())
+
+            # The same through the operator process, as the Deployment runs it.
+            operator = OperatorProcess(
+                kubeconfig,
+                None,
+                tmp_path,
+                identity="secure-metrics",
+                operator_namespace=install.operator_ns,
+                env={
+                    "WVA_METRICS_SECURE": "true",
+                    "WVA_METRICS_CERT_FILE": str(pair.cert),
+                    "WVA_METRICS_KEY_FILE": str(pair.key),
+                    "WVA_LEADER_ELECTION": "false",
+                },
+            )
+            try:
+                operator.start(plain_metrics=False)
+                url = f"https://127.0.0.1:{operator.metrics_port}/metrics"
+                context = ssl.create_default_context(cafile=str(ca.cert_path))
+                with httpx.Client(verify=context, timeout=30) as http:
+                    served = {
+                        who: http.get(url, headers=headers).status_code
+                        for who, headers in (
+                            ("reader", {"Authorization": f"Bearer {reader}"}),
+                            ("stranger", {"Authorization": f"Bearer {stranger}"}),
+                            ("anonymous", {}),
+                        )
+                    }
+                assert operator.scrape() is None  # nothing in the clear
+            finally:
+                operator.stop()
+            assert served == {"reader": 200, "stranger": 403, "anonymous": 401}, operator.logs()[-3000:]
 
     assert answers["reader"][0] == 200 and "variant_autoscaler_cycles_total" in answers["reader"][1]
     assert answers["reader-again"][0] == 200

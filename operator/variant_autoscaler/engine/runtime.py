@@ -13,6 +13,7 @@ from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import AiohttpTransport, KubeClient
+from variant_autoscaler.adapters.metrics_auth import metrics_security
 from variant_autoscaler.engine.cycle import Engine, LeaderLike
 from variant_autoscaler.planner import OptimizerPlanner, Planner
 from variant_autoscaler.settings import Settings
@@ -75,7 +76,9 @@ class Runtime:
         else:
             leader = AlwaysLeader()
         exporter = Exporter(is_active=leader.is_leader)
-        await exporter.start(settings.metrics_host, settings.metrics_port)
+        await exporter.start(
+            settings.metrics_host, settings.metrics_port, security=metrics_security(settings, kube)
+        )
         vas = Informer(watch_kube, va_collection_paths(settings), what="VariantAutoscalings")
         engine = Engine(
             settings,
