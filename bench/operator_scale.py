@@ -12,7 +12,10 @@ Setup (all local, all real processes):
 Each phase waits for cycles that saw all N variants and reports the operator's own metrics: the wall
 time of a cycle (``variant_autoscaler_last_cycle_duration_seconds``: ConfigMaps, Deployments list,
 Prometheus, the plan, and N status writes with their resourceVersion), PromQL queries per cycle, and
-the operator's resident memory (VmRSS, and the peak VmHWM) from /proc. Last, with the operator
+the operator's resident memory (VmRSS, and the peak VmHWM) from /proc. Then, at the last phase's
+size, the VariantAutoscalings kept by a kopf index (``WVA_VA_WATCH=kopf``) against the operator's own
+informer, alternating, each on a freshly started operator after one cycle to warm up: the cost of
+watching them through kopf (docs/design.md, "kopf and what is custom"). Last, with the operator
 stopped, the API server's floor: every VA's status written once more by the operator's own client call
 (a PUT with the resourceVersion, the same concurrency), a few rounds, timed: what the writes a cycle
 must make cost on this machine with no operator logic around them.
@@ -50,6 +53,8 @@ PHASES = (50, 500)
 CYCLES_PER_PHASE = 5
 #: After the phases, the last one again with this main-ConfigMap setting (docs/configuration.md).
 REFRESH = "5m"
+#: Who keeps the VAs, phase by phase, back to back: a kopf index against the operator's informer.
+WATCHES = ("kopf", "informer", "kopf", "informer")
 #: Rounds of status writes alone (no operator) that measure the API server's floor.
 WRITE_ROUNDS = 3
 NAMESPACE = "bench"
@@ -226,9 +231,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(operator: Any, variants: int, servers: dict[str, int]) -> dict[str, Any]:
-    """Watch CYCLES_PER_PHASE cycles over ``variants``; CPU (the operator's, and that of ``servers``:
-    name -> pid) and skipped writes from the end of the first to the end of the last (whole cycles)."""
+def _measure(
+    operator: Any, variants: int, servers: dict[str, int], cycles: int = CYCLES_PER_PHASE
+) -> dict[str, Any]:
+    """Watch ``cycles`` cycles over ``variants``; CPU (the operator's, and that of ``servers``: name ->
+    pid) and skipped writes from the end of the first to the end of the last (whole cycles)."""
     port, pid = operator.metrics_port, operator.process.pid
     durations: list[float] = []
     queries: set[float] = set()
@@ -236,7 +243,7 @@ def _measure(operator: Any, variants: int, servers: dict[str, int]) -> dict[str,
     servers_start: dict[str, float] = {}
     ok = 'variant_autoscaler_cycles_total{result="ok"}'
     seen = _scrape(port).get(ok, 0.0)
-    while len(durations) < CYCLES_PER_PHASE:
+    while len(durations) < cycles:
         # Polled once a second: rendering /metrics grows with the variants and loads the operator too.
         values = _wait(
             lambda seen=seen: v if (v := _scrape(port)).get(ok, 0.0) > seen else None,
@@ -270,40 +277,43 @@ def run() -> str:
     from vatesting.harness import OperatorProcess, install, set_main_config
 
     results: list[tuple[str, int, dict[str, Any], tuple[float, float]]] = []
+    watches: list[tuple[str, dict[str, Any], tuple[float, float]]] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     cluster = LocalCluster(ClusterOptions(profile="api"))
     cluster.start()
+    env = {"WVA_DEBOUNCE_SECONDS": "2", "WVA_LOG_LEVEL": "warning"}
     try:
         with SyntheticVllm(max(PHASES)) as vllm, prometheus(vllm.port, workdir) as prom_url:
             sa = install(cluster, prom_url, GLOBAL_OPT_INTERVAL="10s", METRICS_STALENESS="60s")
             cluster.apply(_service_classes(max(PHASES)))
             cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-            operator = OperatorProcess(
-                sa,
-                NAMESPACE,
-                workdir,
-                identity="bench",
-                env={"WVA_DEBOUNCE_SECONDS": "2", "WVA_LOG_LEVEL": "warning"},
-            )
+            operator = OperatorProcess(sa, NAMESPACE, workdir, identity="bench", env=env)
             servers = {
                 name: proc.popen.pid
                 for name, proc in cluster.supervisor.processes.items()
                 if name in ("kube-apiserver", "etcd")
             }
             previous = 0
-            with contextlib.ExitStack() as stack:
+            with _started(operator):
                 for count in PHASES:
                     objects = _objects(previous, count)
                     for chunk in range(0, len(objects), 200):
                         cluster.apply(objects[chunk : chunk + 200])
                     previous = count
-                    if operator.process is None:
-                        stack.enter_context(_started(operator))
                     assert operator.process is not None
                     measured = _measure(operator, count, servers)
                     results.append(("every cycle", count, measured, _rss_mib(operator.process.pid)))
-                # The same variants, statuses rewritten only when something essential changed.
-                set_main_config(cluster, STATUS_REFRESH_INTERVAL=REFRESH)
+            for watch in WATCHES:
+                one = OperatorProcess(
+                    sa, NAMESPACE, workdir, identity="bench", env={**env, "WVA_VA_WATCH": watch}
+                )
+                with _started(one):
+                    assert one.process is not None
+                    _measure(one, previous, servers, cycles=1)  # the first cycle of a process: its slowest
+                    watches.append((watch, _measure(one, previous, servers), _rss_mib(one.process.pid)))
+            # The same variants, statuses rewritten only when something essential changed.
+            set_main_config(cluster, STATUS_REFRESH_INTERVAL=REFRESH)
+            with _started(operator):
                 assert operator.process is not None
                 _measure(operator, previous, servers)  # let the edit land
                 measured = _measure(operator, previous, servers)
@@ -313,7 +323,7 @@ def run() -> str:
     finally:
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    return _report(results, floor)
+    return _report(results, watches, floor)
 
 
 async def _write_all(kube: Any, vas: list[dict[str, Any]], status: dict[str, Any], concurrency: int) -> None:
@@ -364,7 +374,9 @@ def _started(operator: Any) -> Iterator[None]:
 
 
 def _report(
-    results: list[tuple[str, int, dict[str, Any], tuple[float, float]]], floor: dict[str, Any]
+    results: list[tuple[str, int, dict[str, Any], tuple[float, float]]],
+    watches: list[tuple[str, dict[str, Any], tuple[float, float]]],
+    floor: dict[str, Any],
 ) -> str:
     rows = []
     for label, count, measured, (rss, hwm) in results:
@@ -400,9 +412,39 @@ def _report(
         "as untyped JSON: decoding, schema validation, managed fields and encoding for etcd and for "
         "watchers), so that with every status written each cycle it is the bottleneck here. "
         f"Machine load average when measured: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.\n\n"
+        + _watch_report(watches)
         + _floor_report(floor)
         + "Targets (issue): a cycle of 500 variants in at most 2 s; a constant number of PromQL queries; "
         "at most 150 MB RSS.\n"
+    )
+
+
+def _watch_report(watches: list[tuple[str, dict[str, Any], tuple[float, float]]]) -> str:
+    rows = []
+    for watch, measured, (rss, _) in watches:
+        d = measured["durations"]
+        kept_by = "kopf index" if watch == "kopf" else "informer"
+        rows.append(
+            f"| {kept_by} | {statistics.median(d):.3f} | {max(d):.3f} | {measured['cpu']:.2f} | "
+            f"{measured['servers']['kube-apiserver']:.2f} | {rss:.0f} |"
+        )
+    pairs = []
+    for (_, kopf, _), (_, ours, _) in zip(watches[::2], watches[1::2], strict=True):
+        cpu = kopf["cpu"] / ours["cpu"]
+        cycle = statistics.median(kopf["durations"]) / statistics.median(ours["durations"])
+        pairs.append(f"operator CPU ×{cpu:.2f}, cycle ×{cycle:.2f}")
+    variants = round(watches[0][1]["writes"])  # every status written: one write per variant
+    return (
+        f"**The VariantAutoscalings through a kopf index** (`WVA_VA_WATCH=kopf`: `@kopf.index` and "
+        f"`@kopf.on.event` on the VAs) against the operator's informer (the default), {variants} variants, "
+        "every status written each cycle, alternating phases in the same run, each a freshly started "
+        f"operator measured over {CYCLES_PER_PHASE} cycles after one to warm up:\n\n"
+        "| VAs kept by | cycle wall time, median (s) | max (s) | operator CPU per cycle (s) | "
+        "API server CPU per cycle (s) | RSS (MiB) |\n|---|---:|---:|---:|---:|---:|\n"
+        + "\n".join(rows)
+        + "\n\nkopf index against the informer right after it: "
+        + "; ".join(pairs)
+        + ".\n\n"
     )
 
 

@@ -19,12 +19,12 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
-from variant_autoscaler.adapters.lease import AlwaysLeader
 from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
 from variant_autoscaler.api.config import PrometheusConfig
+from variant_autoscaler.controller.events import EventRecorder
+from variant_autoscaler.controller.lease import AlwaysLeader
 from variant_autoscaler.engine import Engine
 from variant_autoscaler.planner import OptimizerPlanner
 from variant_autoscaler.settings import Settings

@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     retry_period_seconds: float = Field(default=2.0, gt=0)
     identity: str = Field(default_factory=_default_identity)
 
+    # Who keeps the VariantAutoscalings in memory: our informer, or a kopf index (slower at scale; kept
+    # so that bench/operator_scale.py can measure both: docs/design.md, "kopf and what is custom").
+    va_watch: Literal["informer", "kopf"] = "informer"
+
     # The cycle: wait this long after a change before running, to coalesce bursts of events.
     debounce_seconds: float = Field(default=2.0, ge=0)
     # Concurrent Kubernetes API writes within one cycle.

@@ -18,16 +18,16 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.errors import LocalClusterError
-from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
-from variant_autoscaler.adapters.informer import Informer
 from variant_autoscaler.adapters.kube import (
     ForbiddenError,
     KubeClient,
     load_credentials,
     target_from_deployment,
 )
-from variant_autoscaler.adapters.lease import AlwaysLeader
+from variant_autoscaler.controller.events import EventRecorder
+from variant_autoscaler.controller.informer import Informer
+from variant_autoscaler.controller.lease import AlwaysLeader
 from variant_autoscaler.engine import Engine
 from variant_autoscaler.errors import ConflictError
 from variant_autoscaler.planner import OptimizerPlanner

@@ -33,6 +33,9 @@ class FakeRuntime:
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
 
+    def health(self) -> dict[str, Any]:
+        return self.engine.health()
+
 
 def _memo(engine: FakeEngine) -> kopf.Memo:
     memo = kopf.Memo()
@@ -40,9 +43,9 @@ def _memo(engine: FakeEngine) -> kopf.Memo:
     return memo
 
 
-def test_kopf_is_tuned_in_one_place() -> None:
+async def test_kopf_is_tuned_in_one_place() -> None:
     settings = kopf.OperatorSettings()
-    handlers._tune(settings, Settings(kube_timeout_seconds=12))
+    await handlers.configure(settings=settings, memo=kopf.Memo(settings=Settings(kube_timeout_seconds=12)))
     assert settings.persistence.finalizer == "llmd.ai/variant-autoscaler"
     assert settings.posting.enabled is False
     assert settings.scanning.disabled is True
@@ -70,7 +73,7 @@ async def test_the_node_index_holds_gpu_facts() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": ready},
         }
     )
-    assert await handlers.node_index(name="n1", body=node) == {
+    assert await handlers.gpu_nodes(name="n1", body=node) == {
         "n1": NodeGPUs("n1", True, (("nvidia.com/gpu", "NVIDIA-A100-PCIE-80GB", 8),))
     }
 
@@ -133,7 +136,12 @@ def test_watch_event_handlers_are_coroutines() -> None:
     # kopf runs plain functions in a thread pool: one hop per watch event, per status write per cycle.
     import inspect
 
-    for handler in (handlers.node_index, handlers.node_event):
+    for handler in (
+        handlers.gpu_nodes,
+        handlers.node_event,
+        handlers.variant_autoscalings,
+        handlers.va_event,
+    ):
         assert inspect.iscoroutinefunction(handler), handler.__name__
 
 

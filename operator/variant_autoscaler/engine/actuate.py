@@ -15,7 +15,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from variant_autoscaler.adapters.events import EventRecorder, EventType
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import (
     InvalidError,
@@ -25,6 +24,7 @@ from variant_autoscaler.adapters.kube import (
     target_from_deployment,
     with_max_num_seqs,
 )
+from variant_autoscaler.controller.events import EventRecorder, EventType
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.decision import ActuationResult, EventSpec, Report, VariantDecision, unchanged
 from variant_autoscaler.engine.translate import VariantContext

@@ -3,7 +3,7 @@
 The engine knows nothing of kopf. ``handlers.py`` builds it at startup (:class:`Runtime`) with the
 nodes' GPU facts (a kopf index) and tells it about node changes (:meth:`Engine.notify_node`); the
 runtime keeps the VariantAutoscalings in an informer of its own
-(:class:`~variant_autoscaler.adapters.informer.Informer`, which calls :meth:`Engine.notify_va`), and runs
+(:class:`~variant_autoscaler.controller.informer.Informer`, which calls :meth:`Engine.notify_va`), and runs
 :meth:`Engine.run_forever` as one background task.
 
 A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantAutoscaling is created,
@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from variant_autoscaler.adapters import inventory as inv
-from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
 from variant_autoscaler.adapters.kube import (
     KubeClient,
@@ -44,6 +43,7 @@ from variant_autoscaler.adapters.kube import (
 from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_main_config
 from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.core.decision import decide, report, report_invalid
 from variant_autoscaler.engine.actuate import Actuator
 from variant_autoscaler.engine.translate import (

@@ -1,26 +1,32 @@
-"""The operator process's resources: API clients, metrics endpoint, leader election, informers and the
-engine's task; started by ``handlers.startup`` and stopped by ``handlers.cleanup``."""
+"""The operator process's resources: API clients, the metrics endpoint, leader election, the informers
+and the engine's task. ``handlers.startup`` starts them and keeps them in kopf's ``memo``;
+``handlers.cleanup`` stops them; the liveness probe asks :meth:`Runtime.health`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from variant_autoscaler.adapters import inventory as inv
-from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.exporter import Exporter
-from variant_autoscaler.adapters.informer import Informer
-from variant_autoscaler.adapters.kube import AiohttpTransport, KubeClient
+from variant_autoscaler.adapters.kube import AiohttpTransport, KubeClient, load_credentials
 from variant_autoscaler.adapters.metrics_auth import metrics_security
+from variant_autoscaler.controller.events import EventRecorder
+from variant_autoscaler.controller.informer import Informer
+from variant_autoscaler.controller.lease import AlwaysLeader, LeaderElector
 from variant_autoscaler.engine.cycle import Engine, LeaderLike
+from variant_autoscaler.errors import VariantAutoscalerError
 from variant_autoscaler.planner import OptimizerPlanner, Planner
 from variant_autoscaler.settings import Settings
 
 __all__ = ["Runtime", "va_collection_paths"]
 
 logger = logging.getLogger(__name__)
+
+Bodies = Callable[[], Iterable[Mapping[str, Any]]]
 
 
 def va_collection_paths(settings: Settings) -> list[str]:
@@ -30,17 +36,31 @@ def va_collection_paths(settings: Settings) -> list[str]:
     return [KubeClient.va_collection(ns) for ns in settings.namespaces]
 
 
+def leader_for(settings: Settings, kube: KubeClient) -> LeaderLike:
+    if not settings.leader_election:
+        return AlwaysLeader()
+    return LeaderElector(
+        kube,
+        namespace=settings.operator_namespace,
+        name=settings.lease_name,
+        identity=settings.identity,
+        lease_duration=settings.lease_duration_seconds,
+        renew_deadline=settings.renew_deadline_seconds,
+        retry_period=settings.retry_period_seconds,
+    )
+
+
 @dataclass
 class Runtime:
-    """Process-scoped resources: clients, metrics endpoint, leader election, and the engine's tasks."""
+    """Process-scoped resources and the background tasks that use them."""
 
     settings: Settings
     kube: KubeClient
+    watch_kube: KubeClient
     exporter: Exporter
     leader: LeaderLike
     engine: Engine
-    watch_kube: KubeClient
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     @classmethod
     async def start(
@@ -48,11 +68,11 @@ class Runtime:
         settings: Settings,
         *,
         nodes: Callable[[], Iterable[inv.NodeGPUs]],
+        vas: Bodies | None = None,
         planner: Planner | None = None,
     ) -> Runtime:
-        from variant_autoscaler.adapters.kube import load_credentials
-        from variant_autoscaler.adapters.lease import AlwaysLeader, LeaderElector
-
+        """Start everything; ``vas``: the VariantAutoscalings from elsewhere (a kopf index) instead of
+        this runtime's informer (``WVA_VA_WATCH=kopf``, for the benchmark: docs/design.md)."""
         credentials = load_credentials()
         kube = KubeClient(credentials, timeout=settings.kube_timeout_seconds)
         # Watches hold a connection each (one per served namespace): their own pool, so they never
@@ -62,24 +82,15 @@ class Runtime:
             timeout=settings.kube_timeout_seconds,
             transport=AiohttpTransport(credentials, timeout=settings.kube_timeout_seconds, limit=0),
         )
-        leader: LeaderLike
-        if settings.leader_election:
-            leader = LeaderElector(
-                kube,
-                namespace=settings.operator_namespace,
-                name=settings.lease_name,
-                identity=settings.identity,
-                lease_duration=settings.lease_duration_seconds,
-                renew_deadline=settings.renew_deadline_seconds,
-                retry_period=settings.retry_period_seconds,
-            )
-        else:
-            leader = AlwaysLeader()
+        leader = leader_for(settings, kube)
         exporter = Exporter(is_active=leader.is_leader)
         await exporter.start(
             settings.metrics_host, settings.metrics_port, security=metrics_security(settings, kube)
         )
-        vas = Informer(watch_kube, va_collection_paths(settings), what="VariantAutoscalings")
+        informer = None
+        if vas is None:
+            informer = Informer(watch_kube, va_collection_paths(settings), what="VariantAutoscalings")
+            vas = informer.values
         engine = Engine(
             settings,
             kube=kube,
@@ -87,12 +98,10 @@ class Runtime:
             events=EventRecorder(kube, instance=settings.identity),
             leader=leader,
             planner=planner or OptimizerPlanner(),
-            vas=vas.values,
+            vas=vas,
             nodes=nodes,
         )
-        vas.on_event = engine.notify_va
-        # The operator namespace's ConfigMaps, watched the same way; only changes matter (the cycle
-        # reads the three it uses afresh).
+        # Only the ConfigMaps' changes matter (they trigger a cycle): the cycle reads them afresh.
         configmaps = Informer(
             watch_kube,
             [f"/api/v1/namespaces/{settings.operator_namespace}/configmaps"],
@@ -102,25 +111,24 @@ class Runtime:
         runtime = cls(
             settings=settings,
             kube=kube,
+            watch_kube=watch_kube,
             exporter=exporter,
             leader=leader,
             engine=engine,
-            watch_kube=watch_kube,
         )
-        loop = asyncio.get_running_loop()
-        runtime.tasks = [
-            loop.create_task(leader.run(), name="variant-autoscaler leader election"),
-            loop.create_task(vas.run(), name="variant-autoscaler VariantAutoscaling informer"),
-            loop.create_task(configmaps.run(), name="variant-autoscaler ConfigMap informer"),
-        ]
-        # The first cycle runs at once: let it see every VariantAutoscaling (a cycle on a partial view
-        # would drop the others' gauges). If listing fails, cycles fail and say why until it works.
-        try:
-            async with asyncio.timeout(settings.kube_timeout_seconds):
-                await vas.wait_synced()
-        except TimeoutError:
-            logger.warning("VariantAutoscalings not listed yet: %s", vas.last_error or "no answer")
-        runtime.tasks.append(loop.create_task(engine.run_forever(), name="variant-autoscaler engine"))
+        runtime._spawn("leader election", leader.run())
+        runtime._spawn("ConfigMap informer", configmaps.run())
+        if informer is not None:
+            informer.on_event = engine.notify_va
+            runtime._spawn("VariantAutoscaling informer", informer.run())
+            # The first cycle runs at once: let it see every VariantAutoscaling (a cycle on a partial
+            # view would drop the others' gauges). If listing fails, cycles fail and say why.
+            try:
+                async with asyncio.timeout(settings.kube_timeout_seconds):
+                    await informer.wait_synced()
+            except TimeoutError:
+                logger.warning("VariantAutoscalings not listed yet: %s", informer.last_error or "no answer")
+        runtime._spawn("engine", engine.run_forever())
         logger.info(
             "started: identity %s, %s, metrics on :%s",
             settings.identity,
@@ -129,11 +137,24 @@ class Runtime:
         )
         return runtime
 
+    def _spawn(self, what: str, coro: Any) -> None:
+        self.tasks[what] = asyncio.get_running_loop().create_task(coro, name=f"variant-autoscaler {what}")
+
+    def health(self) -> dict[str, Any]:
+        """For the liveness probe: raises when a background task ended (each runs until cancelled, so
+        one that ended died of a bug: the process can no longer lead, or sees the cluster frozen), or
+        when cycles stopped completing (:meth:`Engine.health`)."""
+        for what, task in self.tasks.items():
+            if task.done():
+                error = None if task.cancelled() else task.exception()
+                raise VariantAutoscalerError(f"the {what} task stopped: {error!r}")
+        return self.engine.health()
+
     async def stop(self) -> None:
         """Graceful shutdown: stop the tasks, give up the Lease, close everything."""
-        for task in self.tasks:
+        for task in self.tasks.values():
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         await self.leader.release()
         await self.engine.aclose()
         await self.exporter.stop()

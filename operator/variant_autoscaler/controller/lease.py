@@ -1,10 +1,9 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, so two operator processes never both actuate.
 
-Why a Lease and not kopf's peering: a Lease needs no extra CRDs (kopf's peering objects would have to be
-installed cluster-wide), only ``get/create/update`` on one Lease in the operator namespace; ``kubectl get
-lease`` shows who leads; and it gates exactly what must be exclusive — cycles, status writes, scale
-patches, Events and the ``inferno_*`` gauges — while a standby keeps its watches and indices warm for a
-fast takeover.
+kopf has no leader election (its peering pauses every replica of equal priority, and needs CRDs of its
+own: docs/design.md, "kopf and what is custom"); ``handlers.py`` runs this one through kopf's startup,
+cleanup and probe handlers. It gates what must be exclusive (cycles, status writes, scale patches,
+Events, the ``inferno_*`` gauges), while a standby keeps its watches warm.
 
 The algorithm is client-go's: a candidate takes the Lease when it is free or when its record has not
 changed for ``lease_duration`` by the candidate's *own* clock (so clock skew between machines does not

@@ -1,12 +1,9 @@
 """An in-memory copy of one collection, kept current by list-then-watch (what client-go calls an informer).
 
-The operator keeps its VariantAutoscalings this way rather than through kopf. Every status write of
-every cycle comes back as a watch event, so at 500 VAs a cycle brings 500 events; kopf spent about
-0.7 ms of CPU on each (its per-event processing, before and around the handlers), a third of the
-operator's CPU per cycle, while here an event is one JSON decode and a dict update (see
-docs/operator.md, "Scale"). kopf still runs the process: start-up and shutdown, the node index and the
-liveness probe. The operator namespace's ConfigMaps are watched with an informer too (only their
-changes matter: they trigger a cycle).
+Used for the VariantAutoscalings (every status write of a cycle comes back as a watch event, and kopf's
+per-event processing costs more than this class's) and for the operator namespace's ConfigMaps (kopf
+watches a resource in every served namespace, which would need read access to every ConfigMap there):
+docs/design.md, "kopf and what is custom", has the reasons and the measurements.
 
 Semantics, as client-go's reflector:
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from variant_autoscaler.adapters.informer import Informer, slim
 from variant_autoscaler.adapters.kube import Credentials, KubeClient
+from variant_autoscaler.controller.informer import Informer, slim
 from variant_autoscaler.errors import KubeError
 
 NS_A = "/apis/llmd.ai/v1alpha1/namespaces/a/variantautoscalings"

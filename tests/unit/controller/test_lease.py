@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
-from variant_autoscaler.adapters.lease import LeaderElector
+from variant_autoscaler.controller.lease import LeaderElector
 
 
 class FakeLeases:

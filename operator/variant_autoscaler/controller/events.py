@@ -1,7 +1,12 @@
 """Kubernetes Events about VariantAutoscalings (decision changes, refusals, invalid specs).
 
-Events are informative: a failure to post one is logged and counted but never fails a cycle (the same
-facts are in the status conditions, which are written with retries).
+Not kopf's ``kopf.event``: an Event here has a name derived from the fact it reports, so an operator
+restarted before it could record that it had posted one does not post it twice, and it is posted
+while the caller waits, right after the caller checked that it still leads (kopf's events get generated
+names and are posted later from a queue): docs/design.md, "kopf and what is custom".
+
+Events are informative: a failure to post one is logged but never fails a cycle (the same facts are in
+the status conditions, which are written with retries).
 """
 
 from __future__ import annotations
@@ -69,12 +74,11 @@ def build_event(
 
 
 class EventRecorder:
+    """Posts Events as ``instance`` (this process's identity, shown as the reporting instance)."""
+
     def __init__(self, kube: KubeClient, *, instance: str) -> None:
         self.kube = kube
         self.instance = instance
-        self.failures = 0
-        self.posted = 0
-        self.duplicates = 0
 
     async def post(
         self,
@@ -100,11 +104,9 @@ class EventRecorder:
         )
         try:
             await self.kube.create_event(str(meta.get("namespace")), event)
-            self.posted += 1
         except ConflictError:
-            self.duplicates += 1  # the same Event exists already: posted before a restart
+            pass  # the same Event exists already: posted before a restart
         except KubeError as exc:
-            self.failures += 1
             logger.warning(
                 "could not post Event %s for %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), exc
             )
