@@ -309,6 +309,27 @@ def test_liveness_probe_reports_cycles(
         assert probe["leader"] is True and probe["cycles"] >= 2
 
 
+def test_the_vas_can_be_kept_by_a_kopf_index_instead(
+    api_cluster: LocalCluster, sa_config: Path, namespace: str, tmp_path: Path
+) -> None:
+    """WVA_VA_WATCH=kopf, the alternative to the informer that bench/operator_scale.py measures: the
+    cycles see the VAs kopf keeps, write their status, and a new VA triggers a cycle that sees it."""
+    api_cluster.apply(_deployment(namespace))
+    api_cluster.apply(va_manifest(namespace))
+    operator = OperatorProcess(sa_config, namespace, tmp_path, env={"WVA_VA_WATCH": "kopf"})
+
+    def reported(name: str) -> dict[str, Any] | None:
+        return conditions(get_va(api_cluster, namespace, name)).get("MetricsAvailable")
+
+    with running(operator):
+        wait_for(lambda: reported("vllme-deployment"), timeout=60, what="a status written", interval=0.5)
+        api_cluster.apply(_deployment(namespace, name="second"))
+        api_cluster.apply(va_manifest(namespace, name="second"))
+        wait_for(lambda: reported("second"), timeout=60, what="the new VA's status", interval=0.5)
+        wait_for(lambda: operator.metric("variant_autoscaler_variants") == 2, timeout=60, what="both VAs")
+        assert operator.health()[0] == 200
+
+
 def test_the_va_informer_follows_the_api_server_cluster_wide(
     api_cluster: LocalCluster, sa_config: Path, namespace: str
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from variant_autoscaler import handlers
 from variant_autoscaler.adapters.inventory import NodeGPUs
+from variant_autoscaler.api.v1alpha1 import GROUP, PLURAL, VERSION
 from variant_autoscaler.commands.run import register, settings_from_args
 from variant_autoscaler.errors import ConfigError, VariantAutoscalerError
 from variant_autoscaler.settings import Settings
@@ -19,6 +20,10 @@ class FakeEngine:
     def __init__(self, healthy: bool = True) -> None:
         self.healthy = healthy
         self.nodes: list[tuple[str | None, Any]] = []
+        self.vas: list[tuple[str | None, Any]] = []
+
+    def notify_va(self, event_type: str | None, body: Any) -> None:
+        self.vas.append((event_type, body))
 
     def notify_node(self, event_type: str | None, body: Any) -> None:
         self.nodes.append((event_type, body))
@@ -73,7 +78,7 @@ async def test_the_node_index_holds_gpu_facts() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": ready},
         }
     )
-    assert await handlers.gpu_nodes(name="n1", body=node) == {
+    assert await handlers.node_index(name="n1", body=node) == {
         "n1": NodeGPUs("n1", True, (("nvidia.com/gpu", "NVIDIA-A100-PCIE-80GB", 8),))
     }
 
@@ -137,7 +142,7 @@ def test_watch_event_handlers_are_coroutines() -> None:
     import inspect
 
     for handler in (
-        handlers.gpu_nodes,
+        handlers.node_index,
         handlers.node_event,
         handlers.variant_autoscalings,
         handlers.va_event,
@@ -174,3 +179,50 @@ async def test_secure_metrics_fail_closed(monkeypatch: pytest.MonkeyPatch, serve
         with pytest.raises(kopf.PermanentError, match="WVA_METRICS_SECURE"):
             await handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
         assert started.stopped
+
+
+async def test_cleanup_without_a_runtime_does_nothing() -> None:
+    await handlers.cleanup(memo=kopf.Memo())  # startup failed before building it
+
+
+def test_probe_reports_leadership() -> None:
+    assert handlers.cycle_probe(memo=_memo(FakeEngine()))["leader"] is True
+
+
+async def test_the_kopf_va_index_keeps_slim_bodies_by_namespace_and_name() -> None:
+    # Only with WVA_VA_WATCH=kopf: the alternative to the informer that the scale benchmark measures.
+    body = kopf.Body(
+        {
+            "metadata": {
+                "name": "va",
+                "namespace": "ns",
+                "generation": 2,
+                "managedFields": [{"manager": "x"}],
+            },
+            "spec": {"modelID": "m"},
+        }
+    )
+    indexed = await handlers.variant_autoscalings(namespace="ns", name="va", body=body)
+    assert indexed == {("ns", "va"): {"metadata": {"name": "va", "namespace": "ns", "generation": 2},
+                                      "spec": {"modelID": "m"}}}  # fmt: skip
+
+
+async def test_kopf_va_events_reach_the_engine() -> None:
+    engine = FakeEngine()
+    body = kopf.Body({"metadata": {"name": "va", "namespace": "ns", "generation": 1}})
+    await handlers.va_event(type="MODIFIED", body=body, memo=_memo(engine))
+    assert engine.vas == [("MODIFIED", body)]
+
+
+def test_vas_are_watched_through_kopf_only_when_asked() -> None:
+    # By default the informer keeps them (kopf's per-event cost at scale: docs/design.md); watch_vas
+    # registers a kopf index and an event handler instead, for the benchmark (WVA_VA_WATCH=kopf).
+    registry = kopf.OperatorRegistry()
+    handlers.watch_vas(registry)
+    assert registry._indexing.has_handlers(resource=_VAS)
+    assert registry._watching.has_handlers(resource=_VAS)
+    assert not kopf.get_default_registry()._indexing.has_handlers(resource=_VAS)
+    assert not kopf.get_default_registry()._watching.has_handlers(resource=_VAS)
+
+
+_VAS = kopf.Resource(GROUP, VERSION, PLURAL, namespaced=True)
