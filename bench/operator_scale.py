@@ -442,7 +442,8 @@ def _watch_report(watches: list[tuple[str, dict[str, Any], tuple[float, float]]]
     return (
         f"**The VariantAutoscalings through a kopf index** (`WVA_VA_WATCH=kopf`: `@kopf.index` and "
         f"`@kopf.on.event` on the VAs) against the operator's informer (the default), {variants} variants, "
-        "every status written each cycle, alternating phases in the same run, each a freshly started "
+        "every status written each cycle, four phases back to back in the same run (kopf, informer, "
+        "informer, kopf: a load that drifts during the run favours neither), each a freshly started "
         f"operator measured over {CYCLES_PER_PHASE} cycles after one to warm up:\n\n"
         "| VAs kept by | cycle wall time, median (s) | each cycle (s) | operator CPU per cycle (s) | "
         "API server CPU per cycle (s) | status conflicts per cycle | RSS (MiB) |\n"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from variant_autoscaler.adapters.kube import JSON, KubeClient
+from variant_autoscaler.adapters.kube import KubeClient
 from variant_autoscaler.api.v1alpha1 import GROUP, KIND, VERSION
 from variant_autoscaler.errors import ConflictError, KubeError
 
@@ -24,53 +24,6 @@ logger = logging.getLogger(__name__)
 
 COMPONENT = "variant-autoscaler"
 EventType = Literal["Normal", "Warning"]
-
-
-def build_event(
-    *,
-    namespace: str,
-    name: str,
-    uid: str | None,
-    reason: str,
-    message: str,
-    type_: EventType,
-    now: datetime,
-    instance: str,
-    name_suffix: str | None = None,
-) -> JSON:
-    """A ``core/v1`` Event about the VariantAutoscaling ``namespace/name``.
-
-    With ``name_suffix`` the Event gets a fixed name, so posting the same fact twice (say, by an operator
-    restarted before it could record that it had posted) creates it once.
-    """
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    involved: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "name": name,
-        "namespace": namespace,
-    }
-    if uid:
-        involved["uid"] = uid
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": (
-            {"name": f"{name[:200]}.{name_suffix}", "namespace": namespace}
-            if name_suffix
-            else {"generateName": f"{name[:200]}.", "namespace": namespace}
-        ),
-        "involvedObject": involved,
-        "reason": reason,
-        "message": message[:1024],
-        "type": type_,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": instance[:128],
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
 
 
 class EventRecorder:
@@ -86,27 +39,36 @@ class EventRecorder:
         *,
         reason: str,
         message: str,
-        type_: EventType = "Normal",
-        now: datetime | None = None,
-        name_suffix: str | None = None,
+        type_: EventType,
+        now: datetime,
+        name_suffix: str,
     ) -> None:
+        """Post an Event about ``va`` named ``<va name>.<name_suffix>``: the same fact posted again (by an
+        operator restarted before it could record that it had posted) is a 409, and posted once."""
         meta = va.get("metadata") or {}
-        event = build_event(
-            namespace=str(meta.get("namespace")),
-            name=str(meta.get("name")),
-            uid=meta.get("uid"),
-            reason=reason,
-            message=message,
-            type_=type_,
-            now=now or datetime.now(UTC),
-            instance=self.instance,
-            name_suffix=name_suffix,
-        )
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        involved = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "namespace": namespace}
+        if meta.get("uid"):
+            involved["uid"] = meta["uid"]
+        stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name[:200]}.{name_suffix}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance[:128],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
         try:
-            await self.kube.create_event(str(meta.get("namespace")), event)
+            await self.kube.create_event(namespace, event)
         except ConflictError:
             pass  # the same Event exists already: posted before a restart
         except KubeError as exc:
-            logger.warning(
-                "could not post Event %s for %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), exc
-            )
+            logger.warning("could not post Event %s for %s/%s: %s", reason, namespace, name, exc)
