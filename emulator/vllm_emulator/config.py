@@ -18,6 +18,12 @@ WVA variables and what they become:
 ``MAX_SEQ_LEN``             ``--max-model-len``
 ==========================  ===========================================================================
 
+Engines (``--engine``): ``wva`` (the default) is the analyzer-accounting model of
+:mod:`vllm_emulator.engine`, for WVA-parity tests; ``v1`` is the vLLM-V1-like scheduler of
+:mod:`vllm_emulator.engine_v1`, whose step costs come from ``--step-*-ms``, else the ``--hardware``
+preset, else the α, β, γ, δ profile (:func:`vllm_emulator.costmodel.from_profile`). ``--vllm-version``
+picks the metric names (:mod:`vllm_emulator.metric_sets`).
+
 Nothing reads the environment at import time: :func:`parse_args` takes it as an argument.
 """
 
@@ -29,11 +35,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_emulator import __version__
+from vllm_emulator.costmodel import CostModel, from_profile, preset
 from vllm_emulator.distributions import LengthDistribution, parse_distribution
 from vllm_emulator.engine import EngineConfig, Profile
+from vllm_emulator.engine_v1 import V1Config
 from vllm_emulator.errors import ConfigError
+from vllm_emulator.metric_sets import DEFAULT_VERSION, VERSIONS, cache_config_labels
 
-__all__ = ["ENV_PREFIX", "EmulatorConfig", "build_parser", "parse_args"]
+__all__ = ["ENGINES", "ENV_PREFIX", "EmulatorConfig", "build_parser", "parse_args"]
+
+ENGINES: tuple[str, ...] = ("wva", "v1")
+_DEFAULT_KV_CACHE_TOKENS = 131_072
 
 ENV_PREFIX = "VLLM_EMULATOR_"
 
@@ -50,19 +62,50 @@ class EmulatorConfig:
     model: str
     host: str
     port: int
-    engine: EngineConfig
+    engine: EngineConfig | V1Config
     output_tokens: LengthDistribution
     seed: int
     log_level: str = "info"
+    vllm_version: str = DEFAULT_VERSION
+
+    @property
+    def engine_kind(self) -> str:
+        return "v1" if isinstance(self.engine, V1Config) else "wva"
+
+    def cache_info(self) -> dict[str, str]:
+        """``vllm:cache_config_info``'s labels (the wva engine counts KV in tokens: blocks of 1)."""
+        e = self.engine
+        if isinstance(e, V1Config):
+            return cache_config_labels(
+                self.vllm_version,
+                block_size=e.block_size,
+                num_gpu_blocks=e.num_gpu_blocks,
+                enable_prefix_caching=e.enable_prefix_caching,
+            )
+        return cache_config_labels(
+            self.vllm_version, block_size=1, num_gpu_blocks=e.kv_cache_tokens, enable_prefix_caching=False
+        )
 
     def describe(self) -> str:
         e = self.engine
-        p = e.profile
+        if isinstance(e, V1Config):
+            ratio = "content" if e.prefix_hit_ratio is None else f"{e.prefix_hit_ratio:g}"
+            detail = (
+                f"engine=v1 step_cost=({e.cost.describe()}) "
+                f"max_num_batched_tokens={e.max_num_batched_tokens} "
+                f"block_size={e.block_size} num_gpu_blocks={e.num_gpu_blocks} "
+                f"prefix_caching={'on' if e.enable_prefix_caching else 'off'} prefix_hits={ratio}"
+            )
+        else:
+            p = e.profile
+            detail = (
+                f"engine=wva alpha={p.alpha:g} beta={p.beta:g} gamma={p.gamma:g} delta={p.delta:g} "
+                f"kv_cache_tokens={e.kv_cache_tokens}"
+            )
         return (
-            f"model={self.model!r} alpha={p.alpha:g} beta={p.beta:g} gamma={p.gamma:g} delta={p.delta:g} "
-            f"max_num_seqs={e.max_num_seqs} kv_cache_tokens={e.kv_cache_tokens} "
+            f"model={self.model!r} {detail} max_num_seqs={e.max_num_seqs} "
             f"max_model_len={e.max_model_len} output_tokens={self.output_tokens} noise={e.noise:g} "
-            f"time_scale={e.time_scale:g} seed={self.seed}"
+            f"time_scale={e.time_scale:g} seed={self.seed} vllm_version={self.vllm_version}"
         )
 
 
@@ -86,7 +129,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("gamma", float, 20.58, "prefill time, fixed part, ms: prefill(L, b) = gamma + delta*L*b"),
     _Option("delta", float, 0.041, "prefill time per prompt token per sequence in the batch, ms"),
     _Option("max-num-seqs", int, 256, "maximum batch size (running sequences)", "MAX_BATCH_SIZE"),
-    _Option("kv-cache-tokens", int, 131_072, "KV-cache capacity in tokens"),
+    _Option(
+        "kv-cache-tokens", int, None, f"KV-cache capacity in tokens (default {_DEFAULT_KV_CACHE_TOKENS})"
+    ),
     _Option("max-model-len", int, 8_192, "maximum prompt + output tokens per request", "MAX_SEQ_LEN"),
     _Option(
         "output-tokens",
@@ -102,6 +147,44 @@ _OPTIONS: tuple[_Option, ...] = (
         "time-scale", float, 1.0, "run the clock this many times faster (every duration is divided by it)"
     ),
     _Option("seed", int, 0, "seed of the random generators (noise, output lengths)"),
+    _Option(
+        "engine", str, "wva", "engine model: wva (the analyzer's accounting) or v1 (vLLM V1's scheduler)"
+    ),
+    _Option(
+        "vllm-version",
+        str,
+        DEFAULT_VERSION,
+        f"metric names and labels of this vLLM version ({', '.join(VERSIONS)})",
+    ),
+    _Option(
+        "max-num-batched-tokens",
+        int,
+        None,
+        "v1: token budget per step (default: the hardware preset's, else 2048, vLLM's below 70 GiB)",
+    ),
+    _Option("block-size", int, 16, "v1: KV-cache block size in tokens"),
+    _Option(
+        "num-gpu-blocks-override", int, None, "v1: KV-cache blocks (default: kv-cache-tokens / block-size)"
+    ),
+    _Option(
+        "prefix-caching", str, "on", "v1: prefix caching on or off (vLLM's --[no-]enable-prefix-caching)"
+    ),
+    _Option(
+        "prefix-hit-ratio",
+        float,
+        None,
+        "v1: this fraction of every prompt is a prefix-cache hit (default: match the prompts' content)",
+    ),
+    _Option("hardware", str, "", "v1: model x GPU preset for the step costs (e.g. llama-3.1-8b/h100-80gb)"),
+    _Option("step-fixed-ms", float, None, "v1: step time, fixed part, ms (overrides the preset/profile)"),
+    _Option("step-token-ms", float, None, "v1: step time per batched token, ms"),
+    _Option("step-context-ms", float, None, "v1: step time per token of attention context, ms"),
+    _Option(
+        "context-ref-tokens",
+        int,
+        256,
+        "v1 without a preset: context length at which the step costs reproduce the alpha..delta profile",
+    ),
     _Option("log-level", str, "info", "logging level: debug, info, warning, error"),
 )
 
@@ -222,15 +305,11 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> EmulatorCo
         raise ConfigError("the model name must not be empty")
     if args.log_level.lower() not in {"debug", "info", "warning", "error"}:
         raise ConfigError(f"log level must be debug, info, warning or error, got {args.log_level!r}")
-    engine = EngineConfig(
-        profile=Profile(alpha=args.alpha, beta=args.beta, gamma=args.gamma, delta=args.delta),
-        max_num_seqs=args.max_num_seqs,
-        kv_cache_tokens=args.kv_cache_tokens,
-        max_model_len=args.max_model_len,
-        noise=args.noise,
-        time_scale=args.time_scale,
-        seed=args.seed,
-    )
+    if args.engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+    if args.vllm_version not in VERSIONS:
+        raise ConfigError(f"vllm-version must be one of {', '.join(VERSIONS)}, got {args.vllm_version!r}")
+    engine = _v1_config(args) if args.engine == "v1" else _wva_config(args)
     return EmulatorConfig(
         model=args.model,
         host=args.host,
@@ -239,4 +318,54 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> EmulatorCo
         output_tokens=parse_distribution(args.output_tokens),
         seed=args.seed,
         log_level=args.log_level.lower(),
+        vllm_version=args.vllm_version,
+    )
+
+
+def _wva_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        profile=Profile(alpha=args.alpha, beta=args.beta, gamma=args.gamma, delta=args.delta),
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_tokens=args.kv_cache_tokens or _DEFAULT_KV_CACHE_TOKENS,
+        max_model_len=args.max_model_len,
+        noise=args.noise,
+        time_scale=args.time_scale,
+        seed=args.seed,
+    )
+
+
+def _v1_config(args: argparse.Namespace) -> V1Config:
+    chosen = preset(args.hardware) if args.hardware else None
+    if chosen is not None:
+        base = chosen.cost
+    else:
+        Profile(alpha=args.alpha, beta=args.beta, gamma=args.gamma, delta=args.delta)  # validates
+        base = from_profile(
+            args.alpha, args.beta, args.gamma, args.delta, context_tokens=args.context_ref_tokens
+        )
+    cost = CostModel(
+        fixed_ms=base.fixed_ms if args.step_fixed_ms is None else args.step_fixed_ms,
+        token_ms=base.token_ms if args.step_token_ms is None else args.step_token_ms,
+        context_ms=base.context_ms if args.step_context_ms is None else args.step_context_ms,
+    )
+    kv_tokens = args.kv_cache_tokens or (chosen.kv_cache_tokens if chosen else _DEFAULT_KV_CACHE_TOKENS)
+    if args.block_size < 1:
+        raise ConfigError(f"block-size must be >= 1, got {args.block_size}")
+    blocks = args.num_gpu_blocks_override or kv_tokens // args.block_size
+    budget = args.max_num_batched_tokens or (chosen.max_num_batched_tokens if chosen else 2048)
+    caching = args.prefix_caching.strip().lower()
+    if caching not in {"on", "off"}:
+        raise ConfigError(f"prefix-caching must be on or off, got {args.prefix_caching!r}")
+    return V1Config(
+        cost=cost,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=max(budget, args.max_num_seqs) if not args.max_num_batched_tokens else budget,
+        block_size=args.block_size,
+        num_gpu_blocks=blocks,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=caching == "on",
+        prefix_hit_ratio=args.prefix_hit_ratio,
+        noise=args.noise,
+        time_scale=args.time_scale,
+        seed=args.seed,
     )

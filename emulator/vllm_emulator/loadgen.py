@@ -17,14 +17,15 @@ The same run is available in-process for tests and demos::
 
     summary = await run_load(LoadSpec(targets=("http://127.0.0.1:8000",), schedule=((30.0, 5.0),)))
 
-HTTP is spoken by a small keep-alive HTTP/1.1 client on asyncio streams (one pool of connections per
-target), which is several times cheaper per request than a general-purpose client.
+Prompts (:mod:`vllm_emulator.prompts`) are unique, and with ``--shared-prefix-tokens`` a share of them
+open with one of a few shared prefixes (system prompts), so a server's prefix cache has something to
+hit. HTTP (:mod:`vllm_emulator.loadgen_http`) is a small keep-alive HTTP/1.1 client on asyncio
+streams; the measurements are :mod:`vllm_emulator.loadgen_stats`.
 """
 
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import contextlib
 import json
@@ -32,29 +33,38 @@ import math
 import os
 import random
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from vllm_emulator.distributions import LengthDistribution, parse_distribution
-from vllm_emulator.errors import ConfigError, EmulatorError
-from vllm_emulator.tokenizer import CHAT_MESSAGE_OVERHEAD, CHAT_PROMPT_OVERHEAD, generate_text
+from vllm_emulator.errors import ConfigError
+from vllm_emulator.loadgen_http import (
+    Connection,
+    HttpError,
+    LoadGenError,
+    Target,
+    get_json,
+    raw_chunks,
+    split_url,
+)
+from vllm_emulator.loadgen_stats import LatencyRecorder, LatencyStats, LoadSummary, RequestRecord
+from vllm_emulator.prompts import PromptBuilder, PromptSharing
+from vllm_emulator.tokenizer import CHAT_MESSAGE_OVERHEAD, CHAT_PROMPT_OVERHEAD
 
 __all__ = [
+    "LatencyRecorder",
     "LatencyStats",
+    "LoadGenError",
     "LoadGenerator",
     "LoadSpec",
     "LoadSummary",
+    "PromptSharing",
     "RequestRecord",
     "main",
     "parse_schedule",
     "run_load",
 ]
-
-
-class LoadGenError(EmulatorError):
-    """A load-generator failure that is not a single request's error (e.g. no model to target)."""
 
 
 # ---------------------------------------------------------------------------------------------- spec
@@ -78,12 +88,14 @@ class LoadSpec:
     request_timeout: float = 300.0
     drain_timeout: float = 60.0
     api_key: str | None = None
+    sharing: PromptSharing | None = None
+    """Shared prompt prefixes (system prompts); None: every prompt unique from its first token."""
 
     def __post_init__(self) -> None:
         if not self.targets:
             raise ConfigError("at least one target URL is needed")
         for url in self.targets:
-            _split_url(url)
+            split_url(url)
         if not self.schedule:
             raise ConfigError("the rate schedule is empty")
         for duration, rate in self.schedule:
@@ -161,307 +173,6 @@ def arrival_times(
         start = end
 
 
-# ---------------------------------------------------------------------------------------------- stats
-
-
-class LatencyRecorder:
-    """Mean and percentiles of a stream of durations (seconds) in bounded memory.
-
-    Up to ``exact_limit`` samples are kept and percentiles are exact (linear interpolation); past
-    that, they come from a log-bucketed histogram with 0.25 % relative resolution.
-    """
-
-    _RATIO = 1.005
-    _MIN = 1e-7
-
-    def __init__(self, exact_limit: int = 200_000) -> None:
-        self.count = 0
-        self.sum = 0.0
-        self._limit = exact_limit
-        self._samples: array.array[float] | None = array.array("d")
-        self._log_ratio = math.log(self._RATIO)
-        self._buckets: dict[int, int] = {}
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.sum += value
-        index = int(math.log(max(value, self._MIN) / self._MIN) / self._log_ratio)
-        self._buckets[index] = self._buckets.get(index, 0) + 1
-        samples = self._samples
-        if samples is not None:
-            if len(samples) < self._limit:
-                samples.append(value)
-            else:
-                self._samples = None
-
-    def percentile(self, q: float) -> float:
-        if self.count == 0:
-            return math.nan
-        samples = self._samples
-        if samples is not None:
-            ordered = sorted(samples)
-            pos = (len(ordered) - 1) * q
-            lo = math.floor(pos)
-            hi = min(lo + 1, len(ordered) - 1)
-            return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-        rank = q * (self.count - 1)
-        seen = 0
-        for index in sorted(self._buckets):
-            seen += self._buckets[index]
-            if seen > rank:
-                return float(self._MIN * self._RATIO ** (index + 0.5))
-        return math.nan  # pragma: no cover - unreachable: the ranks add up to count
-
-    def stats(self) -> LatencyStats | None:
-        if self.count == 0:
-            return None
-        return LatencyStats(
-            count=self.count,
-            mean_ms=1000.0 * self.sum / self.count,
-            p50_ms=1000.0 * self.percentile(0.50),
-            p90_ms=1000.0 * self.percentile(0.90),
-            p99_ms=1000.0 * self.percentile(0.99),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyStats:
-    count: int
-    mean_ms: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "count": self.count,
-            "mean": round(self.mean_ms, 4),
-            "p50": round(self.p50_ms, 4),
-            "p90": round(self.p90_ms, 4),
-            "p99": round(self.p99_ms, 4),
-        }
-
-
-@dataclass(slots=True)
-class LoadSummary:
-    """The result of a run. Rates are per second of the run's wall-clock duration."""
-
-    duration_s: float
-    sent: int
-    completed: int
-    errors: int
-    dropped: int
-    unfinished: int
-    prompt_tokens: int
-    completion_tokens: int
-    error_kinds: dict[str, int]
-    ttft: LatencyStats | None
-    itl: LatencyStats | None
-    e2e: LatencyStats | None
-    scheduled: int = 0
-    window_s: float = 0.0
-    """Length of the arrival schedule (the run lasts longer by the drain)."""
-
-    @property
-    def offered_rate(self) -> float:
-        """Requests sent per second."""
-        return self.sent / self.duration_s if self.duration_s > 0 else 0.0
-
-    @property
-    def achieved_rate(self) -> float:
-        """Requests completed successfully per second."""
-        return self.completed / self.duration_s if self.duration_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        def stats(s: LatencyStats | None) -> dict[str, float] | None:
-            return None if s is None else s.to_dict()
-
-        return {
-            "duration_s": round(self.duration_s, 3),
-            "window_s": round(self.window_s, 3),
-            "scheduled": self.scheduled,
-            "sent": self.sent,
-            "completed": self.completed,
-            "errors": self.errors,
-            "dropped": self.dropped,
-            "unfinished": self.unfinished,
-            "offered_rate": round(self.offered_rate, 3),
-            "achieved_rate": round(self.achieved_rate, 3),
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "error_kinds": dict(sorted(self.error_kinds.items())),
-            "ttft_ms": stats(self.ttft),
-            "itl_ms": stats(self.itl),
-            "e2e_ms": stats(self.e2e),
-        }
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """One request as the generator saw it, handed to ``on_request`` when it ends.
-
-    For per-request analyses the summary cannot give, such as the share of requests that met a TTFT and
-    an ITL target, or which target served what. Times are in seconds; ``sent_at`` counts from the start
-    of the run. ``ttft_s`` and ``itl_s`` (the mean gap between this request's tokens) need streaming.
-    """
-
-    target: str
-    sent_at: float
-    error: str | None = None
-    """Error kind (as in ``error_kinds``); ``"unfinished"`` if the drain cut it off; None: completed."""
-    ttft_s: float | None = None
-    itl_s: float | None = None
-    e2e_s: float | None = None
-    output_tokens: int = 0
-
-
-# ---------------------------------------------------------------------------------------------- HTTP
-
-
-class _HttpError(Exception):
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-def _split_url(url: str) -> tuple[str, int, str]:
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ConfigError(f"target URL must be http://host[:port][/v1], got {url!r}")
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return parts.hostname, parts.port or 80, path
-
-
-class _Response:
-    __slots__ = ("chunked", "keep_alive", "length", "status")
-
-    def __init__(self, status: int, length: int | None, chunked: bool, keep_alive: bool) -> None:
-        self.status = status
-        self.length = length
-        self.chunked = chunked
-        self.keep_alive = keep_alive
-
-
-class _Connection:
-    __slots__ = ("reader", "reused", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.reused = False
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-    async def head(self) -> _Response:
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.split(b"\r\n")
-        status_line = lines[0].split(b" ", 2)
-        if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
-            raise _HttpError("bad_response")
-        status = int(status_line[1])
-        length: int | None = None
-        chunked = False
-        keep_alive = status_line[0] == b"HTTP/1.1"
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            key = name.strip().lower()
-            if key == b"content-length":
-                length = int(value.strip())
-            elif key == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif key == b"connection":
-                token = value.strip().lower()
-                if token == b"close":
-                    keep_alive = False
-                elif token == b"keep-alive":
-                    keep_alive = True
-        if length is None and not chunked:
-            keep_alive = False
-        return _Response(status, length, chunked, keep_alive)
-
-    async def body(self, response: _Response) -> bytes:
-        if response.chunked:
-            return b"".join([chunk async for chunk in self.chunks()])
-        if response.length is not None:
-            return await self.reader.readexactly(response.length)
-        return await self.reader.read()
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        reader = self.reader
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass  # trailers
-                return
-            data = await reader.readexactly(size + 2)
-            yield data[:-2]
-
-
-class _Target:
-    """A server and its idle keep-alive connections."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.host, self.port, self.prefix = _split_url(url)
-        self.idle: list[_Connection] = []
-
-    async def connect(self) -> _Connection:
-        while self.idle:
-            conn = self.idle.pop()
-            if not conn.writer.is_closing() and not conn.reader.at_eof():
-                conn.reused = True
-                return conn
-            conn.close()
-        try:
-            reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
-        except OSError:
-            raise _HttpError("connect") from None
-        return _Connection(reader, writer)
-
-    def release(self, conn: _Connection, keep_alive: bool) -> None:
-        if keep_alive and not conn.writer.is_closing():
-            self.idle.append(conn)
-        else:
-            conn.close()
-
-    def close(self) -> None:
-        for conn in self.idle:
-            conn.close()
-        self.idle.clear()
-
-    def request_bytes(self, method: str, path: str, body: bytes, api_key: str | None) -> bytes:
-        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-        head = (
-            f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{auth}"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        return head.encode() + body
-
-
-async def _get_json(target: _Target, path: str, limit_s: float) -> Any:
-    async with asyncio.timeout(limit_s):
-        conn = await target.connect()
-        try:
-            conn.writer.write(target.request_bytes("GET", path, b"", None))
-            response = await conn.head()
-            body = await conn.body(response)
-        except BaseException:
-            conn.close()
-            raise
-        target.release(conn, response.keep_alive)
-    if response.status != 200:
-        raise LoadGenError(f"GET {target.url}{path} answered HTTP {response.status}")
-    return json.loads(body)
-
-
 # ---------------------------------------------------------------------------------------------- run
 
 
@@ -476,7 +187,8 @@ class LoadGenerator:
         self._progress = progress
         self._progress_interval = progress_interval
         self._rng = random.Random(spec.seed)
-        self._targets = [_Target(url) for url in spec.targets]
+        self._prompts = PromptBuilder(spec.sharing, spec.seed)
+        self._targets = [Target(url) for url in spec.targets]
         self._next_target = 0
         self._model = spec.model or ""
         self.sent = 0
@@ -532,9 +244,9 @@ class LoadGenerator:
 
     async def _discover_model(self) -> str:
         try:
-            listing = await _get_json(self._targets[0], "/v1/models", self.spec.request_timeout)
+            listing = await get_json(self._targets[0], "/v1/models", self.spec.request_timeout)
             return str(listing["data"][0]["id"])
-        except (_HttpError, OSError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
+        except (HttpError, OSError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
             raise LoadGenError(
                 f"cannot read the model from {self.spec.targets[0]}/v1/models: {exc!r}"
             ) from None
@@ -587,21 +299,20 @@ class LoadGenerator:
         rng = self._rng
         n_in = spec.input_tokens.sample(rng)
         n_out = spec.output_tokens.sample(rng)
-        offset = rng.randrange(1 << 16)
         payload: dict[str, Any] = {"model": self._model, "max_tokens": n_out}
         if spec.endpoint == "chat":
             path = "/v1/chat/completions"
             content_tokens = max(1, n_in - CHAT_MESSAGE_OVERHEAD - CHAT_PROMPT_OVERHEAD)
-            payload["messages"] = [{"role": "user", "content": generate_text(content_tokens, offset)}]
+            payload["messages"] = [{"role": "user", "content": self._prompts.text(rng, content_tokens)[0]}]
         else:
             path = "/v1/completions"
-            payload["prompt"] = generate_text(n_in, offset)
+            payload["prompt"] = self._prompts.text(rng, n_in)[0]
         if spec.stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
         return path, json.dumps(payload, separators=(",", ":")).encode()
 
-    def _pick_target(self) -> _Target:
+    def _pick_target(self) -> Target:
         target = self._targets[self._next_target]
         self._next_target = (self._next_target + 1) % len(self._targets)
         return target
@@ -620,7 +331,7 @@ class LoadGenerator:
             if self._on_request is not None:
                 self._on_request(record)
 
-    async def _attempt(self, target: _Target, path: str, body: bytes, record: RequestRecord) -> None:
+    async def _attempt(self, target: Target, path: str, body: bytes, record: RequestRecord) -> None:
         try:
             async with asyncio.timeout(self.spec.request_timeout):
                 for attempt in (0, 1):
@@ -640,13 +351,13 @@ class LoadGenerator:
                         raise
         except TimeoutError:
             self._error("timeout", record)
-        except _HttpError as exc:
+        except HttpError as exc:
             self._error(exc.kind, record)
         except (OSError, ValueError, asyncio.LimitOverrunError):
             self._error("protocol", record)
 
     async def _exchange(
-        self, target: _Target, conn: _Connection, path: str, body: bytes, record: RequestRecord
+        self, target: Target, conn: Connection, path: str, body: bytes, record: RequestRecord
     ) -> None:
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
@@ -678,7 +389,7 @@ class LoadGenerator:
         tokens = 0
         buffer = b""
         finished = False
-        chunks = conn.chunks() if response.chunked else _raw_chunks(conn, response)
+        chunks = conn.chunks() if response.chunked else raw_chunks(conn, response)
         async for chunk in chunks:
             now = loop.time()
             buffer += chunk
@@ -743,17 +454,6 @@ def _has_content(choice: Any) -> bool:
         return True
     delta = choice.get("delta")
     return isinstance(delta, dict) and bool(delta.get("content"))
-
-
-async def _raw_chunks(conn: _Connection, response: _Response) -> AsyncIterator[bytes]:
-    remaining = response.length
-    while remaining is None or remaining > 0:
-        data = await conn.reader.read(65536 if remaining is None else min(65536, remaining))
-        if not data:
-            return
-        if remaining is not None:
-            remaining -= len(data)
-        yield data
 
 
 async def run_load(
@@ -842,6 +542,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--progress-interval", type=float, default=5.0, help="seconds between progress lines (0: none)"
     )
+    parser.add_argument(
+        "--shared-prefix-tokens",
+        default=None,
+        help="length distribution of the shared prompt prefixes (system prompts); default: no sharing",
+    )
+    parser.add_argument("--prefix-groups", type=int, default=4, help="number of distinct shared prefixes")
+    parser.add_argument(
+        "--prefix-share",
+        type=float,
+        default=1.0,
+        help="fraction of the requests that open with a shared prefix",
+    )
+    parser.add_argument(
+        "--prefix-zipf",
+        type=float,
+        default=1.0,
+        help="popularity of the prefixes: the k-th is chosen ~ 1/k^zipf",
+    )
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="sent as a bearer token")
     parser.add_argument("--output", default=None, help="also write the JSON summary to this file")
     return parser  # fmt: skip
@@ -879,6 +597,16 @@ def spec_from_args(args: argparse.Namespace) -> LoadSpec:
         request_timeout=args.request_timeout,
         drain_timeout=args.drain_timeout,
         api_key=args.api_key,
+        sharing=(
+            PromptSharing(
+                parse_distribution(args.shared_prefix_tokens),
+                groups=args.prefix_groups,
+                share=args.prefix_share,
+                zipf=args.prefix_zipf,
+            )
+            if args.shared_prefix_tokens
+            else None
+        ),
     )
 
 

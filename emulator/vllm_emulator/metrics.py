@@ -1,22 +1,21 @@
-"""vLLM's Prometheus metrics, with vLLM's names, labels, help texts and bucket boundaries.
+"""vLLM's Prometheus metrics, with the names, labels, help texts and buckets of a chosen vLLM version.
 
-Names and buckets follow vLLM's V1 engine as of v0.11 (``vllm/v1/metrics/loggers.py`` at
-vllm-project/vllm 005a810 and ``vllm/v1/metrics/buckets.py`` at 139b1c3): every series carries the
-labels ``model_name`` and ``engine`` (``"0"``; one engine per process), and
-``vllm:time_per_output_token_seconds`` (deprecated in v0.11, the name WVA reads) is exported beside
-its replacement ``vllm:inter_token_latency_seconds`` with identical observations.
+Which families a version exports is in :mod:`vllm_emulator.metric_sets` (0.10, 0.11, 0.12; the
+buckets are the same in all three, from ``vllm/v1/metrics/loggers.py``). Every series carries the
+labels ``model_name`` and ``engine`` (``"0"``; one engine per process), except
+``vllm:cache_config_info``, which carries the cache configuration and ``engine``.
 
-The values live in plain counters and :class:`Histogram` objects fed from
-:class:`~vllm_emulator.engine.EngineOutput` batches (an observation can carry a count, so a decode
-step of 200 sequences is one call); :class:`VllmCollector` turns them into metric families when
-Prometheus scrapes, on an isolated :class:`prometheus_client.CollectorRegistry`.
+The values live in plain counters and :class:`Histogram` objects fed from engine outputs (an
+observation can carry a count, so a decode step of 200 sequences is one call, and a run of steps
+whose durations grow linearly is one call too); :class:`VllmCollector` turns them into metric
+families when Prometheus scrapes, on an isolated :class:`prometheus_client.CollectorRegistry`.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -25,12 +24,15 @@ from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 from vllm_emulator.engine import EngineOutput
 from vllm_emulator.engine import Sequence as EngineSequence
+from vllm_emulator.engine_v1 import V1Output
+from vllm_emulator.metric_sets import DEFAULT_VERSION, families_for
 
 _go_float = cast(Callable[[float], str], _float_to_go_string)
 
 __all__ = [
     "FINISH_REASONS",
     "INTER_TOKEN_LATENCY_BUCKETS",
+    "ITERATION_TOKENS_BUCKETS",
     "REQUEST_LATENCY_BUCKETS",
     "TIME_TO_FIRST_TOKEN_BUCKETS",
     "EmulatorMetrics",
@@ -55,6 +57,16 @@ INTER_TOKEN_LATENCY_BUCKETS: tuple[float, ...] = (
     10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
 """Inter-token latency and per-request time-per-output-token histograms."""
+
+ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+)  # fmt: skip
+"""``vllm:iteration_tokens_total``: tokens per engine step."""
+
+PREFILL_TOKEN_TIME_BUCKETS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+"""0.10's ``vllm:time_per_prefill_token_request_seconds``."""
+
+PARAMS_N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
 
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
 """vLLM's ``FinishReason`` values, each pre-created at 0 as vLLM does."""
@@ -97,6 +109,27 @@ class Histogram:
         self.sum += value * count
         self.count += count
 
+    def observe_run(self, first: float, increment: float, steps: int, count: int) -> None:
+        """Record ``count`` observations of each of ``first + i·increment`` for ``i < steps``."""
+        if steps <= 0 or count <= 0:
+            return
+        if increment <= 0 or steps == 1:
+            self.observe(first, steps * count)
+            return
+        counts = self._counts
+        below = 0  # values at or below the bounds seen so far
+        for index, bound in enumerate(self._bounds):
+            if bound < first:
+                continue
+            within = min(steps, int((bound - first) / increment) + 1)
+            counts[index] += (within - below) * count
+            below = within
+            if below == steps:
+                break
+        counts[-1] += (steps - below) * count
+        self.sum += count * (steps * first + increment * (steps * (steps - 1) / 2))
+        self.count += steps * count
+
     def buckets(self) -> list[tuple[str, float]]:
         """Cumulative ``(le, count)`` pairs, ``+Inf`` last."""
         out: list[tuple[str, float]] = []
@@ -105,35 +138,6 @@ class Histogram:
             running += n
             out.append((le, float(running)))
         return out
-
-
-_HISTOGRAMS: tuple[tuple[str, str, str], ...] = (
-    # (attribute, metric name, help text); buckets chosen in EmulatorMetrics.__init__
-    ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
-    (
-        "tpot",
-        "vllm:time_per_output_token_seconds",
-        "Histogram of time per output token in seconds."
-        "DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
-    ),
-    ("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
-    (
-        "request_tpot",
-        "vllm:request_time_per_output_token_seconds",
-        "Histogram of time_per_output_token_seconds per request.",
-    ),
-    ("e2e", "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
-    ("queue", "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
-    (
-        "inference",
-        "vllm:request_inference_time_seconds",
-        "Histogram of time spent in RUNNING phase for request.",
-    ),
-    ("prefill", "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
-    ("decode", "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."),
-    ("prompt_tokens", "vllm:request_prompt_tokens", "Number of prefill tokens processed."),
-    ("generation_tokens", "vllm:request_generation_tokens", "Number of generation tokens processed."),
-)
 
 
 class EmulatorMetrics:
@@ -145,7 +149,6 @@ class EmulatorMetrics:
         self.created = time.time()
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.ttft = Histogram(TIME_TO_FIRST_TOKEN_BUCKETS)
-        self.tpot = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
         self.itl = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
         self.request_tpot = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
         self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
@@ -155,29 +158,66 @@ class EmulatorMetrics:
         self.decode = Histogram(REQUEST_LATENCY_BUCKETS)
         self.prompt_tokens = Histogram(token_buckets)
         self.generation_tokens = Histogram(token_buckets)
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
+        self.max_generation_tokens = Histogram(token_buckets)
+        self.params_n = Histogram(PARAMS_N_BUCKETS)
+        self.params_max_tokens = Histogram(token_buckets)
+        self.prefill_token_time = Histogram(PREFILL_TOKEN_TIME_BUCKETS)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.preemptions_total = 0
+        self.prefix_queries_total = 0
+        self.prefix_hits_total = 0
+        self.zero = 0
         self.success: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
+        self._pending_tokens = 0  # wva engine: tokens waiting for a decode step to be counted in
 
     def histogram(self, attribute: str) -> Histogram:
         value = getattr(self, attribute)
         assert isinstance(value, Histogram)
         return value
 
+    def counter(self, attribute: str) -> float:
+        value = getattr(self, attribute)
+        assert isinstance(value, int | float)
+        return value
+
     def record(self, out: EngineOutput) -> None:
         """Account one engine output batch (tokens, TTFTs, inter-token gaps, finished requests)."""
+        prompt_done = 0
         for seq in out.first_tokens:
             assert seq.first_token_time is not None
             self.ttft.observe(seq.first_token_time - seq.arrival_time)
-            self.prompt_tokens_total += seq.prompt_tokens
+            prompt_done += seq.prompt_tokens
+        self.prompt_tokens_total += prompt_done
+        itl = self.itl
         for gap, count in out.itl:
-            self.itl.observe(gap, count)
-            self.tpot.observe(gap, count)
+            itl.observe(gap, count)
         self.generation_tokens_total += out.generation_tokens
         self.preemptions_total += out.preemptions
+        if isinstance(out, V1Output):
+            for first, increment, steps, count in out.itl_runs:
+                itl.observe_run(first, increment, steps, count)
+            for tokens, steps in out.iteration_tokens:
+                self.iteration_tokens.observe(tokens, steps)
+            self.prefix_queries_total += out.prefix_queries
+            self.prefix_hits_total += out.prefix_hits
+        else:
+            # The wva engine has no steps for its prefills (they run on their own clocks): their tokens
+            # go into the next decode steps, spread evenly, so the histogram's sum and count are exact.
+            tokens = self._pending_tokens + prompt_done + out.generation_tokens
+            if out.steps:
+                self.iteration_tokens.observe(tokens / out.steps, out.steps)
+                tokens = 0
+            self._pending_tokens = tokens
         for seq in out.finished:
             self._finished(seq)
+
+    def request_params(self, max_tokens: int | None) -> None:
+        """A request finished: its ``n`` (always 1 here) and its ``max_tokens`` when it had one."""
+        self.params_n.observe(1)
+        if max_tokens:
+            self.params_max_tokens.observe(max_tokens)
 
     def _finished(self, seq: EngineSequence) -> None:
         reason = seq.finish_reason or "abort"
@@ -187,19 +227,23 @@ class EmulatorMetrics:
         last = seq.last_token_time if seq.last_token_time is not None else seq.first_token_time
         finish = seq.finish_time if seq.finish_time is not None else last
         decode = last - seq.first_token_time
+        prefill = seq.first_token_time - seq.scheduled_time
         generated = seq.output_tokens
         self.e2e.observe(finish - seq.arrival_time)
         self.queue.observe(seq.scheduled_time - seq.arrival_time)
-        self.prefill.observe(seq.first_token_time - seq.scheduled_time)
+        self.prefill.observe(prefill)
         self.decode.observe(decode)
         self.inference.observe(last - seq.scheduled_time)
         self.request_tpot.observe(decode / (generated - 1) if generated > 1 else 0.0)
         self.prompt_tokens.observe(seq.prompt_tokens)
         self.generation_tokens.observe(generated)
+        self.max_generation_tokens.observe(generated)
+        if seq.prompt_tokens > 0:
+            self.prefill_token_time.observe(prefill / seq.prompt_tokens)
 
 
 class VllmCollector(Collector):
-    """Exposes :class:`EmulatorMetrics` plus live gauges as vLLM's metric families."""
+    """Exposes :class:`EmulatorMetrics` plus live gauges as one vLLM version's metric families."""
 
     def __init__(
         self,
@@ -209,12 +253,16 @@ class VllmCollector(Collector):
         waiting: Callable[[], float],
         kv_usage: Callable[[], float],
         before_collect: Callable[[], None] | None = None,
+        version: str = DEFAULT_VERSION,
+        cache_info: Mapping[str, str] | None = None,
     ) -> None:
         self._m = metrics
-        self._running = running
-        self._waiting = waiting
-        self._kv_usage = kv_usage
+        self._gauges = {"running": running, "waiting": waiting, "kv_usage": kv_usage}
         self._before_collect = before_collect
+        self._families = families_for(version)
+        self._cache_info = dict(cache_info or {"engine": "0"})
+        if "model_name" in self._cache_info:
+            raise ValueError("vllm:cache_config_info carries no model_name label, as vLLM's does not")
 
     def collect(self) -> Iterator[Metric]:
         if self._before_collect is not None:
@@ -223,50 +271,40 @@ class VllmCollector(Collector):
         names = ["model_name", "engine"]
         labels = list(m.labels)
         created = m.created
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, doc, labels=names)
-            family.add_metric(labels, value)
-            return family
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            family = CounterMetricFamily(name, doc, labels=names)
-            family.add_metric(labels, value, created=created)
-            return family
-
-        yield gauge(
-            "vllm:num_requests_running", "Number of requests in model execution batches.", self._running()
-        )
-        yield gauge(
-            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", self._waiting()
-        )
-        usage = self._kv_usage()
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
-        yield gauge(
-            "vllm:gpu_cache_usage_perc",
-            "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
-            usage,
-        )
-        yield counter(
-            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", m.preemptions_total
-        )
-        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens_total)
-        yield counter(
-            "vllm:generation_tokens", "Number of generation tokens processed.", m.generation_tokens_total
-        )
-        success = CounterMetricFamily(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            labels=[*names, "finished_reason"],
-        )
-        for reason, value in m.success.items():
-            success.add_metric([*labels, reason], value, created=created)
-        yield success
-        for attribute, name, doc in _HISTOGRAMS:
-            hist = m.histogram(attribute)
-            family = HistogramMetricFamily(name, doc, labels=names)
-            family.add_metric(labels, hist.buckets(), hist.sum)
-            yield family
+        gauges: dict[str, float] = {}
+        for family in self._families:
+            kind = family.kind
+            if kind == "histogram":
+                hist = m.histogram(family.source)
+                h = HistogramMetricFamily(family.name, family.help, labels=names)
+                h.add_metric(labels, hist.buckets(), hist.sum)
+                yield h
+            elif kind == "counter":
+                c = CounterMetricFamily(family.name, family.help, labels=names)
+                c.add_metric(labels, m.counter(family.source), created=created)
+                yield c
+            elif kind == "gauge":
+                source = family.source
+                if source not in gauges:  # read each live value once per scrape
+                    gauges[source] = self._gauges[source]()
+                g = GaugeMetricFamily(family.name, family.help, labels=names)
+                g.add_metric(labels, gauges[source])
+                yield g
+            elif kind == "success":
+                s = CounterMetricFamily(family.name, family.help, labels=[*names, "finished_reason"])
+                for reason, value in m.success.items():
+                    s.add_metric([*labels, reason], value, created=created)
+                yield s
+            elif kind == "sleep":
+                g = GaugeMetricFamily(family.name, family.help, labels=[*names, "sleep_state"])
+                for state, awake in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+                    g.add_metric([*labels, state], awake)
+                yield g
+            else:  # info: a gauge at 1 carrying the cache configuration
+                info = self._cache_info
+                g = GaugeMetricFamily(family.name, family.help, labels=list(info))
+                g.add_metric(list(info.values()), 1.0)
+                yield g
 
 
 def build_registry(collector: VllmCollector) -> CollectorRegistry:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_emulator.tokenizer import count_chat_tokens, count_tokens
+from vllm_emulator.prefix import block_keys, chat_tokens
+from vllm_emulator.tokenizer import count_chat_tokens, count_tokens, tokenize
 
 __all__ = [
     "ApiError",
@@ -58,6 +59,8 @@ class ParsedRequest:
     max_tokens: int | None
     stream: bool
     include_usage: bool
+    prompt_keys: tuple[tuple[int, ...], ...] = ()
+    """Per prompt, its full blocks' prefix keys (only when the parser was given a block size)."""
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
@@ -151,8 +154,25 @@ def _prompt_counts(prompt: object) -> tuple[int, ...]:
     raise ApiError(400, "'prompt' must be a string, a list of strings, or token ids", param="prompt")
 
 
-def parse_completion(raw: bytes, served_model: str, max_model_len: int) -> ParsedRequest:
-    """Validate a ``POST /v1/completions`` body; raises :class:`ApiError`."""
+def _prompt_keys(prompt: object, block_size: int) -> tuple[tuple[int, ...], ...]:
+    """Prefix keys of each prompt of a (validated) completions ``prompt``."""
+    if isinstance(prompt, str):
+        return (block_keys(tokenize(prompt), block_size),)
+    assert isinstance(prompt, list)
+    if all(isinstance(p, int) for p in prompt):
+        return (block_keys(prompt, block_size),)
+    return tuple(
+        block_keys(tokenize(p) if isinstance(p, str) else p, block_size)
+        for p in prompt
+        if isinstance(p, str | list)
+    )
+
+
+def parse_completion(raw: bytes, served_model: str, max_model_len: int, block_size: int = 0) -> ParsedRequest:
+    """Validate a ``POST /v1/completions`` body; raises :class:`ApiError`.
+
+    With ``block_size > 0`` the prompts' prefix keys are computed too (for the V1 engine's cache).
+    """
     body = _decode(raw)
     if "prompt" not in body:
         raise ApiError(400, "missing required field 'prompt'", param="prompt")
@@ -165,10 +185,11 @@ def parse_completion(raw: bytes, served_model: str, max_model_len: int) -> Parse
     max_tokens = _int_field(body, "max_tokens", minimum=1)
     for count in counts:
         _check_length(count, max_tokens, max_model_len)
-    return ParsedRequest("completion", model, counts, max_tokens, stream, include_usage)
+    keys = _prompt_keys(body["prompt"], block_size) if block_size > 0 else ()
+    return ParsedRequest("completion", model, counts, max_tokens, stream, include_usage, keys)
 
 
-def parse_chat(raw: bytes, served_model: str, max_model_len: int) -> ParsedRequest:
+def parse_chat(raw: bytes, served_model: str, max_model_len: int, block_size: int = 0) -> ParsedRequest:
     """Validate a ``POST /v1/chat/completions`` body; raises :class:`ApiError`."""
     body = _decode(raw)
     if "messages" not in body:
@@ -188,7 +209,8 @@ def parse_chat(raw: bytes, served_model: str, max_model_len: int) -> ParsedReque
         max_tokens = _int_field(body, "max_tokens", minimum=1)
     count = count_chat_tokens(messages)
     _check_length(count, max_tokens, max_model_len)
-    return ParsedRequest("chat", model, (count,), max_tokens, stream, include_usage)
+    keys = (block_keys(chat_tokens(messages), block_size),) if block_size > 0 else ()
+    return ParsedRequest("chat", model, (count,), max_tokens, stream, include_usage, keys)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

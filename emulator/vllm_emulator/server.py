@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from vllm_emulator import __version__
 from vllm_emulator.config import EmulatorConfig
 from vllm_emulator.engine import Engine, EngineOutput, SeqState, Sequence
+from vllm_emulator.engine_v1 import V1Config, V1Engine
 from vllm_emulator.metrics import EmulatorMetrics, VllmCollector, build_registry
 from vllm_emulator.protocol import (
     ApiError,
@@ -56,13 +57,27 @@ class _Stream:
     sent: int = 0
 
 
+def build_engine(config: EmulatorConfig, start_time: float) -> Engine | V1Engine:
+    """The engine ``config`` asks for (``--engine``), its clock starting at ``start_time``."""
+    if isinstance(config.engine, V1Config):
+        return V1Engine(config.engine, start_time=start_time)
+    return Engine(config.engine, start_time=start_time)
+
+
 class EmulatorServer:
     """One emulated vLLM replica: the engine, its driver, the metrics and the aiohttp application."""
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.engine = Engine(config.engine, start_time=0.0)
+        self.engine = build_engine(config, 0.0)
+        e = config.engine
+        # Prompts are hashed into prefix keys only when the V1 engine matches them by content.
+        self._block_size = (
+            e.block_size
+            if isinstance(e, V1Config) and e.enable_prefix_caching and e.prefix_hit_ratio is None
+            else 0
+        )
         self.metrics = EmulatorMetrics(config.model, config.engine.max_model_len)
         self.registry = build_registry(
             VllmCollector(
@@ -71,6 +86,8 @@ class EmulatorServer:
                 waiting=lambda: self.engine.num_waiting,
                 kv_usage=lambda: self.engine.kv_cache_usage,
                 before_collect=self._flush,
+                version=config.vllm_version,
+                cache_info=config.cache_info(),
             )
         )
         self._rng = random.Random(config.seed)
@@ -98,7 +115,7 @@ class EmulatorServer:
 
     async def _on_startup(self, _app: web.Application) -> None:
         self._loop = asyncio.get_running_loop()
-        self.engine = Engine(self.config.engine, start_time=self._loop.time())
+        self.engine = build_engine(self.config, self._loop.time())
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         self._closing = True
@@ -168,10 +185,18 @@ class EmulatorServer:
             return room, "length"
         return wanted, "stop"
 
-    def _submit(self, request_id: str, prompt_tokens: int, max_tokens: int | None) -> Sequence:
+    def _submit(
+        self, request_id: str, prompt_tokens: int, max_tokens: int | None, keys: tuple[int, ...] | None = None
+    ) -> Sequence:
         n, reason = self._sample_output(prompt_tokens, max_tokens)
         now = self._now()
-        seq = self.engine.submit(request_id, prompt_tokens, n, now, stop_reason=reason)
+        engine = self.engine
+        if isinstance(engine, V1Engine):
+            seq: Sequence = engine.submit(
+                request_id, prompt_tokens, n, now, stop_reason=reason, prefix_keys=keys
+            )
+        else:
+            seq = engine.submit(request_id, prompt_tokens, n, now, stop_reason=reason)
         self._deliver(self.engine.advance(now))
         self._arm()
         return seq
@@ -214,11 +239,15 @@ class EmulatorServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = parse_completion(await request.read(), self.config.model, self.config.engine.max_model_len)
+        parsed = parse_completion(
+            await request.read(), self.config.model, self.config.engine.max_model_len, self._block_size
+        )
         return await self._serve(request, parsed, f"cmpl-{uuid.uuid4().hex}")
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = parse_chat(await request.read(), self.config.model, self.config.engine.max_model_len)
+        parsed = parse_chat(
+            await request.read(), self.config.model, self.config.engine.max_model_len, self._block_size
+        )
         return await self._serve(request, parsed, f"chatcmpl-{uuid.uuid4().hex}")
 
     async def _serve(
@@ -226,7 +255,11 @@ class EmulatorServer:
     ) -> web.StreamResponse:
         if parsed.stream:
             return await self._serve_stream(request, parsed, request_id)
-        seqs = [self._submit(request_id, count, parsed.max_tokens) for count in parsed.prompt_tokens]
+        keys = parsed.prompt_keys or (None,) * len(parsed.prompt_tokens)
+        seqs = [
+            self._submit(request_id, count, parsed.max_tokens, key)
+            for count, key in zip(parsed.prompt_tokens, keys, strict=True)
+        ]
         try:
             for seq in seqs:
                 if seq.state is not SeqState.FINISHED:
@@ -237,6 +270,8 @@ class EmulatorServer:
             for seq in seqs:
                 self._futures.pop(seq.seq_no, None)
                 self._abort(seq)
+        for _ in seqs:
+            self.metrics.request_params(parsed.max_tokens)
         created = int(time.time())
         prompt = sum(parsed.prompt_tokens)
         completion = sum(seq.output_tokens for seq in seqs)
@@ -271,7 +306,9 @@ class EmulatorServer:
         self, request: web.Request, parsed: ParsedRequest, request_id: str
     ) -> web.StreamResponse:
         prompt = parsed.prompt_tokens[0]
-        seq = self._submit(request_id, prompt, parsed.max_tokens)
+        seq = self._submit(
+            request_id, prompt, parsed.max_tokens, parsed.prompt_keys[0] if parsed.prompt_keys else None
+        )
         stream = _Stream(seq)
         self._streams[seq.seq_no] = stream
         encoder = ChunkEncoder(parsed.kind, request_id, int(time.time()), parsed.model, prompt)
@@ -300,6 +337,7 @@ class EmulatorServer:
                 await stream.wake.wait()
                 if self._closing:
                     raise web.HTTPServiceUnavailable(reason="the server is shutting down")
+            self.metrics.request_params(parsed.max_tokens)
             tail = encoder.usage(seq.output_tokens) if parsed.include_usage else ""
             await response.write((tail + encoder.done()).encode())
             await response.write_eof()
