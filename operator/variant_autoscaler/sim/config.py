@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from variant_autoscaler.api.documents import load_document
@@ -26,11 +27,13 @@ from variant_autoscaler.sim.scenario import (
     NodePool,
     Profile,
     Scenario,
+    ServerSpec,
     ServiceClass,
     SimSettings,
     Traffic,
     Variant,
 )
+from vllm_emulator.costmodel import preset
 
 __all__ = ["load_scenario", "parse_duration", "parse_scenario"]
 
@@ -73,6 +76,8 @@ class _Settings(_Strict):
     drain_grace: Duration = Field(30.0, alias="drainGrace")
     replica_tick: Duration = Field(1.0, alias="replicaTick")
     routing: Literal["least-loaded", "round-robin"] = "least-loaded"
+    # The replicas' engine: v1 (vLLM V1's scheduler, the default) or wva (the analyzer's accounting).
+    engine: Literal["v1", "wva"] = "v1"
 
     _durations = field_validator(
         "scrape_interval",
@@ -279,6 +284,62 @@ class _Variant(_Strict):
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1)
 
 
+class _StepCost(_Strict):
+    fixed: float | None = Field(None, ge=0)
+    token: float | None = Field(None, ge=0)
+    context: float | None = Field(None, ge=0)
+
+
+class _Server(_Strict):
+    """One accelerator's server under the v1 engine (see ServerSpec)."""
+
+    hardware: str | None = None
+    step_cost: _StepCost | None = Field(None, alias="stepCostMs")
+    max_num_batched_tokens: int | None = Field(None, alias="maxNumBatchedTokens", ge=1)
+    block_size: int = Field(16, alias="blockSize", ge=1, le=256)
+    prefix_hit_ratio: float = Field(0.0, alias="prefixHitRatio", ge=0, le=1)
+    context_ref_tokens: int | None = Field(None, alias="contextRefTokens", ge=1)
+
+    def build(self, engine: Literal["v1", "wva"], traffic: Traffic) -> ServerSpec:
+        cost = self.step_cost or _StepCost()  # type: ignore[call-arg]
+        if self.hardware is not None:
+            try:
+                preset(self.hardware)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        return ServerSpec(
+            engine=engine,
+            hardware=self.hardware,
+            fixed_ms=cost.fixed,
+            token_ms=cost.token,
+            context_ms=cost.context,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            block_size=self.block_size,
+            prefix_hit_ratio=self.prefix_hit_ratio,
+            context_ref_tokens=self.context_ref_tokens or mean_context(traffic),
+        )
+
+
+def mean_context(traffic: Traffic) -> int:
+    """The attention context of a decoding request of this traffic, averaged over decode steps.
+
+    A request with ``L_in`` prompt and ``L_out`` output tokens decodes ``L_out`` steps at a mean context
+    of ``L_in + L_out/2``; weighting each request by its steps gives the context a batch sees on average,
+    the context at which a hand profile fitted on this traffic is right. Estimated from 20,000 requests
+    (fixed seed) of generated traffic, from the trace itself otherwise.
+    """
+    if isinstance(traffic, tr.TraceTraffic):
+        src = traffic.arrivals_in_trace
+        l_in, l_out = src.input_tokens.astype(np.float64), src.output_tokens.astype(np.float64)
+    else:
+        rng = np.random.default_rng(0)
+        l_in = traffic.input_tokens.sample(rng, 20_000).astype(np.float64)
+        l_out = traffic.output_tokens.sample(rng, 20_000).astype(np.float64)
+    if len(l_out) == 0 or float(l_out.sum()) <= 0:
+        return 256
+    return max(1, round(float((l_out * (l_in + l_out / 2.0)).sum() / l_out.sum())))
+
+
 class _Model(_Strict):
     model_id: str = Field(alias="modelID", min_length=1)
     service_class: str | None = Field(None, alias="serviceClass")
@@ -288,6 +349,7 @@ class _Model(_Strict):
     kv_cache_tokens: dict[str, int] = Field(default_factory=dict, alias="kvCacheTokens")
     # vLLM's --max-model-len: the longest request (prompt + output) a replica accepts.
     max_model_len: int | None = Field(None, alias="maxModelLen", ge=2)
+    servers: dict[str, _Server] = Field(default_factory=dict)
     traffic: _Traffic
     variants: list[_Variant] = Field(min_length=1)
 
@@ -318,6 +380,9 @@ class _File(_Strict):
     _d = field_validator("duration", mode="before")(_dur)
 
 
+_DEFAULT_SERVER = _Server()  # type: ignore[call-arg]
+
+
 def _find_class(model: _Model, classes: list[_Class]) -> tuple[_Class, _ClassEntry]:
     for cls in classes:
         for entry in cls.data:
@@ -336,6 +401,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"scenario: {where}: {first['msg']}") from None
     base = Path(base_dir)
+    engine = doc.settings.engine
     accelerators = tuple(Accelerator(name, a.device, a.cost) for name, a in sorted(doc.accelerators.items()))
     pools = tuple(NodePool(p.name, p.accelerator, p.count, p.gpus) for p in doc.nodes)
     classes = tuple(ServiceClass(c.name, c.priority) for c in doc.service_classes)
@@ -343,6 +409,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
     variants: list[Variant] = []
     for m in doc.models:
         cls, entry = _find_class(m, doc.service_classes)
+        traffic = m.traffic.build(base)
         profiles: list[Profile] = []
         for acc in m.model_profile.accelerators:
             try:
@@ -358,6 +425,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
                         delta=parms.delta,
                         kv_cache_tokens=m.kv_cache_tokens.get(acc.acc),
                         max_model_len=m.max_model_len,
+                        server=m.servers.get(acc.acc, _DEFAULT_SERVER).build(engine, traffic),
                     )
                 )
             except ValueError as exc:
@@ -365,6 +433,9 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
         unknown_kv = sorted(set(m.kv_cache_tokens) - {p.accelerator for p in profiles})
         if unknown_kv:
             raise ConfigError(f"model {m.model_id}: kvCacheTokens names no profile: {', '.join(unknown_kv)}")
+        unknown_servers = sorted(set(m.servers) - {p.accelerator for p in profiles})
+        if unknown_servers:
+            raise ConfigError(f"model {m.model_id}: servers names no profile: {', '.join(unknown_servers)}")
         models.append(
             ModelSpec(
                 model_id=m.model_id,
@@ -373,7 +444,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
                 slo_itl_ms=entry.slo_tpot,
                 slo_ttft_percentile=entry.slo_ttft_percentile,
                 profiles=tuple(profiles),
-                traffic=m.traffic.build(base),
+                traffic=traffic,
                 startup_s=m.startup,
                 share_load=m.share_load,
             )

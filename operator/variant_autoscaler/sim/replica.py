@@ -1,8 +1,10 @@
-"""One simulated replica (an inference server pod): the emulator's continuous-batching engine driven
-by the simulator's virtual clock.
+"""One simulated replica (an inference server pod): one of the emulator's engines driven by the
+simulator's virtual clock.
 
 The simulator talks to replicas through :class:`Server`; :func:`engine_server` builds one backed by
-:mod:`vllm_emulator.engine` (the same engine the HTTP emulator runs, without HTTP).
+the engine the profile's :class:`~variant_autoscaler.sim.scenario.ServerSpec` names (the same engines
+the HTTP emulator runs, without HTTP): :mod:`vllm_emulator.engine_v1` (vLLM V1's scheduler, what
+scenario files get by default) or :mod:`vllm_emulator.engine` (the analyzer's accounting, ``wva``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from variant_autoscaler.sim.scenario import Profile
+from variant_autoscaler.sim.scenario import Profile, ServerSpec
+from vllm_emulator.costmodel import CostModel, from_profile, preset
 from vllm_emulator.engine import Engine, EngineConfig, SeqState
 from vllm_emulator.engine import Profile as EngineProfile
 from vllm_emulator.engine import Sequence as EngineSequence
+from vllm_emulator.engine_v1 import V1Config, V1Engine
 
 __all__ = [
     "DEFAULT_KV_CACHE_TOKENS",
@@ -25,6 +29,7 @@ __all__ = [
     "ServerFactory",
     "engine_server",
     "max_model_len",
+    "v1_config",
 ]
 
 DEFAULT_KV_CACHE_TOKENS = 131_072
@@ -88,31 +93,73 @@ ServerFactory = Callable[[Profile, int, int], Server]
 """``factory(profile, max_batch, seed) -> Server``."""
 
 
+def v1_config(profile: Profile, server: ServerSpec, max_batch: int, seed: int) -> V1Config:
+    """The V1 engine configuration of a replica: step costs, token budget and KV blocks."""
+    chosen = preset(server.hardware) if server.hardware else None
+    base = (
+        chosen.cost
+        if chosen is not None
+        else from_profile(
+            profile.alpha,
+            profile.beta,
+            profile.gamma,
+            profile.delta,
+            context_tokens=server.context_ref_tokens,
+        )
+    )
+    cost = CostModel(
+        fixed_ms=base.fixed_ms if server.fixed_ms is None else server.fixed_ms,
+        token_ms=base.token_ms if server.token_ms is None else server.token_ms,
+        context_ms=base.context_ms if server.context_ms is None else server.context_ms,
+    )
+    kv = profile.kv_cache_tokens or (chosen.kv_cache_tokens if chosen else DEFAULT_KV_CACHE_TOKENS)
+    blocks = kv // server.block_size
+    budget = server.max_num_batched_tokens or (chosen.max_num_batched_tokens if chosen else 2048)
+    return V1Config(
+        cost=cost,
+        max_num_seqs=max_batch,
+        max_num_batched_tokens=max(budget, max_batch),
+        block_size=server.block_size,
+        num_gpu_blocks=blocks,
+        max_model_len=min(profile.max_model_len or MAX_MODEL_LEN, blocks * server.block_size),
+        prefix_hit_ratio=server.prefix_hit_ratio,
+        seed=seed,
+    )
+
+
 class EngineServer:
-    """A :class:`Server` backed by :class:`vllm_emulator.engine.Engine`.
+    """A :class:`Server` backed by an emulator engine (V1-like or wva, see the module doc).
 
     The engine reports every event; this adapter keeps the request ids, turns finished sequences
     into :class:`Completion` records, and implements client time-outs with the engine's ``abort``.
     """
 
-    __slots__ = ("_engine", "_fifo", "_live")
+    __slots__ = ("_engine", "_fifo", "_live", "_min_prompt")
 
     def __init__(self, profile: Profile, max_batch: int, seed: int, start_time: float = 0.0) -> None:
-        kv = profile.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS
-        config = EngineConfig(
-            profile=EngineProfile(
-                alpha=profile.alpha, beta=profile.beta, gamma=profile.gamma, delta=profile.delta
-            ),
-            max_num_seqs=max_batch,
-            kv_cache_tokens=kv,
-            max_model_len=max_model_len(profile),
-            seed=seed,
-        )
-        self._engine = Engine(config, start_time=start_time)
+        server = profile.server
+        self._engine: Engine | V1Engine
+        if server is not None and server.engine == "v1":
+            self._engine = V1Engine(v1_config(profile, server, max_batch, seed), start_time=start_time)
+            self._min_prompt = 1  # a V1 step computes at least one prompt token
+        else:
+            kv = profile.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS
+            config = EngineConfig(
+                profile=EngineProfile(
+                    alpha=profile.alpha, beta=profile.beta, gamma=profile.gamma, delta=profile.delta
+                ),
+                max_num_seqs=max_batch,
+                kv_cache_tokens=kv,
+                max_model_len=max_model_len(profile),
+                seed=seed,
+            )
+            self._engine = Engine(config, start_time=start_time)
+            self._min_prompt = 0
         self._live: dict[int, EngineSequence] = {}
         self._fifo: deque[int] = deque()  # submission order, for time-outs
 
     def submit(self, rid: int, now: float, input_tokens: int, output_tokens: int) -> bool:
+        input_tokens = max(input_tokens, self._min_prompt)
         if input_tokens + output_tokens > self._engine.config.max_model_len:
             return False
         self._live[rid] = self._engine.submit(rid, input_tokens, output_tokens, now)
@@ -177,5 +224,5 @@ class EngineServer:
 
 
 def engine_server(profile: Profile, max_batch: int, seed: int) -> Server:
-    """The default :data:`ServerFactory`: an emulator engine per replica."""
+    """The default :data:`ServerFactory`: an emulator engine per replica, as ``profile.server`` says."""
     return EngineServer(profile, max_batch, seed)

@@ -17,15 +17,18 @@ from variant_autoscaler.sim.traffic import GeneratedTraffic, TraceTraffic
 
 Traffic = GeneratedTraffic | TraceTraffic
 Routing = Literal["least-loaded", "round-robin"]
+EngineKind = Literal["v1", "wva"]
 
 __all__ = [
     "Accelerator",
+    "EngineKind",
     "Failure",
     "ModelSpec",
     "NodePool",
     "Profile",
     "Routing",
     "Scenario",
+    "ServerSpec",
     "ServiceClass",
     "SimSettings",
     "Traffic",
@@ -75,6 +78,45 @@ class ServiceClass:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """How the simulated inference server behaves: the ground truth a profile only approximates.
+
+    ``engine`` is the emulator engine each replica runs: ``v1`` (vLLM V1's scheduler: token budget,
+    chunked prefill, KV blocks, preemption, prefix cache) or ``wva`` (the analyzer's own accounting).
+    For ``v1`` the step costs come from ``fixed_ms``/``token_ms``/``context_ms`` where given, else the
+    ``hardware`` preset (``vllm_emulator.costmodel.PRESETS``), else the profile's α, β, γ, δ at
+    ``context_ref_tokens`` tokens of context. Simulated requests have no content, so prefix-cache hits
+    are a fixed ``prefix_hit_ratio`` of every prompt.
+    """
+
+    engine: EngineKind = "v1"
+    hardware: str | None = None
+    fixed_ms: float | None = None
+    token_ms: float | None = None
+    context_ms: float | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    prefix_hit_ratio: float = 0.0
+    context_ref_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("v1", "wva"):
+            raise ConfigError(f"server engine must be v1 or wva, got {self.engine!r}")
+        for name in ("fixed_ms", "token_ms", "context_ms"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise ConfigError(f"server {name} must be a finite number >= 0")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ConfigError("server maxNumBatchedTokens must be >= 1")
+        if not 1 <= self.block_size <= 256:
+            raise ConfigError("server blockSize must be in 1..256")
+        if not 0.0 <= self.prefix_hit_ratio <= 1.0:
+            raise ConfigError("server prefixHitRatio must be in [0, 1]")
+        if self.context_ref_tokens < 1:
+            raise ConfigError("server contextRefTokens must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     """Performance of a model on one accelerator (a VA ``modelProfile`` entry), in ms."""
 
@@ -89,6 +131,9 @@ class Profile:
     kv_cache_tokens: int | None = None
     # Longest request (prompt + output) a replica accepts (vLLM's --max-model-len); None: the default.
     max_model_len: int | None = None
+    # The server each replica runs; None: the wva engine with this profile (the Python API's default;
+    # scenario files default to the v1 engine, see sim/config.py).
+    server: ServerSpec | None = None
 
     def __post_init__(self) -> None:
         if self.acc_count < 1 or self.max_batch_size < 1:
