@@ -306,7 +306,7 @@ class V1Engine:
     def _process(self, now: float) -> None:
         if now < self._now:
             raise EngineError(f"time went backwards: now={now!r} < engine time {self._now!r}")
-        while self._step_end <= now:
+        while self._step_end <= now and self._step_end != _INF:
             if not self._fast_forward(now):
                 self._end_step()
         self._now = now
@@ -397,7 +397,7 @@ class V1Engine:
         first = self._anchor_dur + inc * (g - self._anchor_steps)  # duration of step g+1
         self._steps = g + m
         self._last_step_end = self._step_time(g + m)
-        self._last_step_start = self._step_time(g + m - 1)
+        self._last_step_start = self._last_step_end  # the start of step g+m+1
         self._step_end = self._step_time(g + m + 1)
         out = self._out
         out.steps += m
@@ -410,6 +410,8 @@ class V1Engine:
         """How many steps from g+1 on end at or before ``now`` (by the anchored formula)."""
         dur, inc = self._anchor_dur, self._anchor_inc
         span = now - self._anchor_time
+        if span == _INF:
+            return 1 << 62
         if inc > 0:
             a = inc / 2.0
             b = dur - a

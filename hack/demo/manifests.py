@@ -37,13 +37,20 @@ def emulator_variant(
     replicas: int = 1,
     gpus: int = 1,
     toleration: tuple[str, str] | None = None,
+    engine: str = "v1",
+    vllm_version: str | None = None,
 ) -> dict[str, Any]:
     """A Deployment of ``vllm-emulator`` with ``profile`` on ``product`` GPUs of ``vendor``.
 
     Its pods carry the pod runner's opt-in label, so the local cluster runs each Running pod as a local
-    emulator process; ``toleration`` (key, value) tolerates a ``NoSchedule`` taint.
+    emulator process; ``toleration`` (key, value) tolerates a ``NoSchedule`` taint. ``engine`` is the
+    emulator's engine: ``v1`` (vLLM V1's scheduler, step costs reproducing ``profile``) or ``wva`` (the
+    analyzer's own accounting); ``vllm_version`` the vLLM version whose metric names it exports (the
+    emulator's default, the current one, when None).
     """
-    args = ["--model", model, "--port", "8000", "--max-num-seqs", str(max_batch)]
+    args = ["--model", model, "--port", "8000", "--max-num-seqs", str(max_batch), "--engine", engine]
+    if vllm_version is not None:
+        args += ["--vllm-version", vllm_version]
     for key in ("alpha", "beta", "gamma", "delta"):
         args += [f"--{key}", f"{profile[key]:g}"]
     domain = VENDOR_DOMAINS[vendor]

@@ -172,7 +172,9 @@ def operator_process(cluster: LocalCluster, kubeconfig: Path, log: Path) -> Iter
                 process.wait(10)
 
 
-def deploy_variants(cluster: LocalCluster, variants: Sequence[Variant]) -> None:
+def deploy_variants(
+    cluster: LocalCluster, variants: Sequence[Variant], *, engine: str = "v1", vllm_version: str | None = None
+) -> None:
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     for v in variants:
         cluster.apply(
@@ -184,6 +186,8 @@ def deploy_variants(cluster: LocalCluster, variants: Sequence[Variant]) -> None:
                 product=v.product,
                 profile=v.profile,
                 max_batch=v.max_batch,
+                engine=engine,
+                vllm_version=vllm_version,
             )
         )
         spec: dict[str, Any] = {}
@@ -313,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
         print(f"cluster up: {cluster.server}; Prometheus {cluster.prometheus_url}", flush=True)
         kubeconfig = install_operator(cluster, args.interval)
-        deploy_variants(cluster, variants)
+        deploy_variants(cluster, variants, engine=args.engine, vllm_version=args.vllm_version)
         observer = Observer(cluster)
         wait_for(
             lambda: all(len(serving_urls(observer.core, NAMESPACE, [v.name])) == 1 for v in variants),
@@ -393,6 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--schedule-scale", type=float, default=1.0, help="stretch (>1) or shrink (<1) the load schedule"
     )
     parser.add_argument("--refresh", type=float, default=2.0, help="seconds between table refreshes")
+    parser.add_argument(
+        "--engine",
+        choices=("v1", "wva"),
+        default="v1",
+        help="the emulator's engine: v1 (vLLM V1's scheduler) or wva (the analyzer's own accounting)",
+    )
+    parser.add_argument(
+        "--vllm-version", default=None, help="export the metric names of this vLLM version (0.10, 0.11, 0.12)"
+    )
     args = parser.parse_args(argv)
     # Ctrl-C must work even when started with SIGINT ignored (in the background of a script, say).
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -62,7 +62,10 @@ def build_queries(window_seconds: float) -> dict[str, str]:
         "avg_input_tokens": _ratio("vllm:request_prompt_tokens", w),
         "avg_output_tokens": _ratio("vllm:request_generation_tokens", w),
         "ttft_seconds": _ratio("vllm:time_to_first_token_seconds", w),
-        "itl_seconds": _ratio("vllm:time_per_output_token_seconds", w),
+        # vLLM >= 0.11 exports the new name (0.12 hides the old one, later releases drop it); 0.10 and
+        # older only the old one. `or` keeps one query: the old name only where the new one is absent.
+        "itl_seconds": f"({_ratio('vllm:inter_token_latency_seconds', w)}) or "
+        f"({_ratio('vllm:time_per_output_token_seconds', w)})",
         "waiting": f"sum {_BY} (vllm:num_requests_waiting)",
         "waiting_growth": f"sum {_BY} (delta(vllm:num_requests_waiting[{w}]))",
     }
@@ -331,7 +334,17 @@ class ModelMetrics:
     ttft_ms: float
     itl_ms: float
     waiting: float
+    absent: tuple[str, ...] = ()  # queries (build_queries' names) that returned nothing for this model
 
+
+# What each quantity reads, for the message when its series are absent.
+_SERIES = {
+    "avg_input_tokens": "vllm:request_prompt_tokens",
+    "avg_output_tokens": "vllm:request_generation_tokens",
+    "ttft_seconds": "vllm:time_to_first_token_seconds",
+    "itl_seconds": "vllm:inter_token_latency_seconds (or the deprecated vllm:time_per_output_token_seconds)",
+    "waiting": "vllm:num_requests_waiting",
+}
 
 MetricsState = Literal["ok", "missing", "stale"]
 
@@ -368,6 +381,14 @@ class MetricsSnapshot:
                 found,
                 f"newest vLLM sample for model_name={model!r} is {age:.0f}s old "
                 f"(limit {self.staleness_seconds:.0f}s)",
+            )
+        if found.absent:
+            missing = "; ".join(_SERIES[name] for name in found.absent)
+            return Lookup(
+                "ok",
+                found,
+                f"vLLM metrics are up to date, but expected series are absent for model_name={model!r}, "
+                f"so what they measure is unknown (the 0 shown is not a measurement): {missing}",
             )
         return Lookup("ok", found, "vLLM metrics are available and up to date")
 
@@ -437,6 +458,7 @@ class Collector:
                 ttft_ms=get("ttft_seconds") * 1000.0,
                 itl_ms=get("itl_seconds") * 1000.0,
                 waiting=get("waiting"),
+                absent=tuple(name for name in _SERIES if key not in values[name]),
             )
         return MetricsSnapshot(
             taken_at=now, staleness_seconds=staleness_seconds, by_key=by_key, queries=len(names)

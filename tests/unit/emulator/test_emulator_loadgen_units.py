@@ -8,15 +8,19 @@ import statistics
 
 import pytest
 
+from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.errors import ConfigError
 from vllm_emulator.loadgen import (
     LatencyRecorder,
     LoadSpec,
+    PromptSharing,
     arrival_times,
     build_parser,
     parse_schedule,
     spec_from_args,
 )
+from vllm_emulator.prompts import PromptBuilder
+from vllm_emulator.tokenizer import count_tokens, tokenize
 
 
 def test_rate_is_requests_per_minute() -> None:
@@ -111,3 +115,29 @@ def test_spec_validation() -> None:
     with pytest.raises(ConfigError):
         LoadSpec(targets=("http://x:1",), schedule=((1.0, 1.0),), arrival="bursty")
     assert LoadSpec(targets=("http://x:1",), schedule=((3.0, 1.0), (2.0, 0.0))).duration == 5.0
+
+
+def test_prompts_have_exact_lengths_and_share_only_their_prefix() -> None:
+    sharing = PromptSharing(parse_distribution("64"), groups=3, share=1.0)
+    builder = PromptBuilder(sharing, seed=5)
+    rng = random.Random(1)
+    texts = [builder.text(rng, 100) for _ in range(200)]
+    assert all(count_tokens(text) == 100 and shared == 64 for text, shared in texts)
+    heads = {tokenize(text)[:64].__repr__() for text, _ in texts}
+    assert 1 < len(heads) <= 3  # three system prompts, Zipf-popular
+    tails = {text for text, _ in texts}
+    assert len(tails) == 200  # the rest is unique
+    short = builder.text(rng, 10)
+    assert count_tokens(short[0]) == 10 and short[1] == 9  # a prefix never fills the whole prompt
+    plain = PromptBuilder(None, seed=5)
+    unique = [plain.text(rng, 50) for _ in range(100)]
+    assert all(count_tokens(t) == 50 and s == 0 for t, s in unique) and len({t for t, _ in unique}) == 100
+    with pytest.raises(ConfigError):
+        PromptSharing(parse_distribution("8"), groups=0)
+
+
+def test_cli_sets_prompt_sharing() -> None:
+    argv = ["--rps", "1", "--shared-prefix-tokens", "uniform:100:300", "--prefix-groups", "5"]
+    spec = spec_from_args(build_parser().parse_args([*argv, "--prefix-share", "0.8"]))
+    assert spec.sharing is not None and spec.sharing.groups == 5 and spec.sharing.share == 0.8
+    assert spec_from_args(build_parser().parse_args(["--rps", "1"])).sharing is None

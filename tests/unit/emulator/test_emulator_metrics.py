@@ -18,11 +18,10 @@ from vllm_emulator.metrics import (
     build_registry,
 )
 
-REQUIRED = {
+REQUIRED = {  # vLLM 0.11: the deprecated per-token latency name beside its replacement
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
     "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:gpu_cache_usage_perc": "gauge",
     "vllm:num_preemptions": "counter",
     "vllm:prompt_tokens": "counter",
     "vllm:generation_tokens": "counter",
@@ -61,7 +60,7 @@ def test_histogram_bounds_are_inclusive_and_cumulative() -> None:
         Histogram([1.0, 0.5])
 
 
-def _served() -> tuple[Engine, EmulatorMetrics, str]:
+def _served(version: str = "0.11") -> tuple[Engine, EmulatorMetrics, str]:
     engine = Engine(EngineConfig(Profile(20.0, 1.0, 10.0, 0.1), max_num_seqs=2, kv_cache_tokens=8192))
     metrics = EmulatorMetrics("org/model-a", max_model_len=8192)
     for i, (prompt, out) in enumerate([(100, 10), (50, 4), (10, 1)]):
@@ -70,7 +69,7 @@ def _served() -> tuple[Engine, EmulatorMetrics, str]:
     engine.abort(waiting, now=0.0)
     metrics.record(engine.advance(10.0))
     registry = build_registry(
-        VllmCollector(metrics, running=lambda: 3, waiting=lambda: 2, kv_usage=lambda: 0.25)
+        VllmCollector(metrics, running=lambda: 3, waiting=lambda: 2, kv_usage=lambda: 0.25, version=version)
     )
     return engine, metrics, generate_latest(registry).decode()
 
@@ -104,7 +103,7 @@ def test_values_are_consistent_with_what_was_served() -> None:
 
     assert value("vllm:num_requests_running") == 3
     assert value("vllm:num_requests_waiting") == 2
-    assert value("vllm:kv_cache_usage_perc") == 0.25 == value("vllm:gpu_cache_usage_perc")
+    assert value("vllm:kv_cache_usage_perc") == 0.25
     assert value("vllm:request_success_total", finished_reason="length") == 2
     assert value("vllm:request_success_total", finished_reason="stop") == 1
     assert value("vllm:request_success_total", finished_reason="abort") == 1

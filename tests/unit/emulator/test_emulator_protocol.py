@@ -131,3 +131,25 @@ def test_stream_chunks_are_valid_server_sent_events(kind: str) -> None:
         "total_tokens": 11,
     }
     assert enc.done() == "data: [DONE]\n\n"
+
+
+def test_prefix_keys_are_shared_exactly_by_equal_full_blocks() -> None:
+    shared = "word " * 40  # 40 tokens
+    a = parse_completion(body(model=MODEL, prompt=shared + "alpha beta"), MODEL, 1000, block_size=16)
+    b = parse_completion(body(model=MODEL, prompt=shared + "gamma"), MODEL, 1000, block_size=16)
+    (keys_a,), (keys_b,) = a.prompt_keys, b.prompt_keys
+    assert len(keys_a) == a.prompt_tokens[0] // 16 == 2
+    assert keys_a == keys_b  # the first 32 tokens are equal
+    other = parse_completion(body(model=MODEL, prompt="x" + shared), MODEL, 1000, block_size=16)
+    assert other.prompt_keys[0][0] != keys_a[0]
+    ids = parse_completion(body(model=MODEL, prompt=[[1] * 40, [1] * 33]), MODEL, 1000, block_size=16)
+    assert ids.prompt_keys[0][:2] == ids.prompt_keys[1]
+    assert parse_completion(body(model=MODEL, prompt=shared), MODEL, 1000).prompt_keys == ()
+
+
+def test_chat_prefix_keys_follow_the_template_tokens() -> None:
+    system = {"role": "system", "content": "be brief " * 30}
+    one = parse_chat(body(model=MODEL, messages=[system, {"role": "user", "content": "a"}]), MODEL, 999, 16)
+    two = parse_chat(body(model=MODEL, messages=[system, {"role": "user", "content": "b c"}]), MODEL, 999, 16)
+    assert len(one.prompt_keys[0]) == one.prompt_tokens[0] // 16
+    assert one.prompt_keys[0][:3] == two.prompt_keys[0][:3]
