@@ -2,8 +2,9 @@
 
 * Emulator: one process pinned to one CPU, ``--time-scale 1000`` (a 21 ms decode step lasts 21 µs),
   16-token prompts and 4-token outputs, driven by ``vllm-loadgen`` (pinned to another CPU) at rising
-  offered rates, non-streamed and streamed. Reported: completions per second counted by the emulator
-  itself (``vllm:request_success_total``) over the arrival window, and the emulator's CPU use.
+  offered rates, non-streamed and streamed, with each engine (``wva``, and ``v1`` with its prefix cache
+  hashing every prompt). Reported: completions per second counted by the emulator itself
+  (``vllm:request_success_total``) over the arrival window, and the emulator's CPU use.
 * Load generator: ``vllm-loadgen`` against a stub HTTP server that answers every request at once
   (so the generator is the bottleneck), at rising offered rates. Reported: requests sent and
   completed per second, and the generator's CPU use.
@@ -73,9 +74,9 @@ def _loadgen_command(url: str, rps: float, *, stream: bool, cpu: int | None) -> 
     return command
 
 
-def _emulator_point(rps: float, *, stream: bool) -> dict[str, float]:
+def _emulator_point(rps: float, *, stream: bool, engine: str = "wva") -> dict[str, float]:
     server_cpu, client_cpu = _cpus()
-    args = ["--time-scale", "1000", "--max-num-seqs", "256", "--output-tokens", "4"]
+    args = ["--time-scale", "1000", "--max-num-seqs", "256", "--output-tokens", "4", "--engine", engine]
     with EmulatorProcess(args, cpu=server_cpu) as emulator:
         assert emulator.process is not None
         pid = emulator.process.pid
@@ -214,16 +215,19 @@ def run() -> str:
         "Completions per second are counted by the emulator (`vllm:request_success_total`) over the middle "
         "of the arrival window; CPU is the emulator process's own (user + system) over the same window.",
         "",
-        "| mode | offered req/s | completed req/s | emulator CPU (cores) | CPU ms / request | errors+drops |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| engine | mode | offered req/s | completed req/s | emulator CPU (cores) | CPU ms / request "
+        "| errors+drops |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for stream, rates in ((False, EMULATOR_RATES), (True, STREAM_RATES)):
-        for rps in rates:
-            p = _emulator_point(rps, stream=stream)
-            lines.append(
-                f"| {'stream' if stream else 'plain'} | {p['offered']:.0f} | {p['completed_per_s']:.0f} | "
-                f"{p['cpu_util']:.2f} | {p['cpu_ms_per_request']:.3f} | {p['errors']:.0f} |"
-            )
+    for engine in ("wva", "v1"):
+        for stream, rates in ((False, EMULATOR_RATES), (True, STREAM_RATES)):
+            for rps in rates:
+                p = _emulator_point(rps, stream=stream, engine=engine)
+                lines.append(
+                    f"| {engine} | {'stream' if stream else 'plain'} | {p['offered']:.0f} | "
+                    f"{p['completed_per_s']:.0f} | {p['cpu_util']:.2f} | {p['cpu_ms_per_request']:.3f} | "
+                    f"{p['errors']:.0f} |"
+                )
     lines += [
         "",
         "### `vllm-loadgen` against a stub server that answers at once",
