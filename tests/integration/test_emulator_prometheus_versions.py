@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from localcluster import Binaries, PrometheusServer, wait_for
 from localcluster.procs import Supervisor
-
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Collector, PrometheusClient
 from variant_autoscaler.api.config import PrometheusConfig
 from vllm_emulator.distributions import parse_distribution
