@@ -34,3 +34,14 @@ def test_packages_import() -> None:
     emu = importlib.import_module("vllm_emulator")
     assert va.__version__
     assert emu.__version__
+
+
+def test_modules_keep_to_one_job() -> None:
+    """No module of the operator or the emulator grows past 900 lines (split it by job instead)."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in (ROOT / "operator" / "variant_autoscaler", ROOT / "emulator" / "vllm_emulator")
+        for path in package.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 900
+    }
+    assert not long, f"modules over 900 lines: {long}"
