@@ -199,16 +199,23 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """``count`` nodes of ``pool`` are lost at ``at_s`` (their pods die); back at ``recover_s`` if set."""
+    """``count`` nodes of ``pool`` are lost at ``at_s`` (their pods die); back at ``recover_s`` if set.
+
+    With ``slowdown`` the nodes are not lost but degraded: their replicas run ``slowdown`` times slower
+    (every iteration takes that much longer) until ``recover_s``.
+    """
 
     at_s: float
     pool: str
     count: int = 1
     recover_s: float | None = None
+    slowdown: float | None = None
 
     def __post_init__(self) -> None:
         if self.at_s < 0 or self.count < 1:
             raise ConfigError("a failure needs at_s >= 0 and count >= 1")
+        if self.slowdown is not None and not (self.slowdown > 1 and math.isfinite(self.slowdown)):
+            raise ConfigError("a failure's slowdown must be a finite factor > 1")
         if self.recover_s is not None and self.recover_s <= self.at_s:
             raise ConfigError("a failure's recover_s must be after at_s")
 

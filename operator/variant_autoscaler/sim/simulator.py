@@ -30,18 +30,30 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import IntEnum
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.sim.cluster import (
+    DROP_KILLED,
+    DROP_NONE,
+    DROP_REJECTED,
+    DROP_TIMEOUT,
+    Node,
+    Pod,
+    PodState,
+    RunResult,
+    SlowedServer,
+    columns,
+    merge_arrivals,
+    scenario_arrivals,
+)
 from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
-from variant_autoscaler.sim.replica import Completion, Server, ServerFactory
+from variant_autoscaler.sim.replica import Completion, ServerFactory
 from variant_autoscaler.sim.scenario import Scenario
-from variant_autoscaler.sim.traffic import Arrivals, rng_for
+from variant_autoscaler.sim.traffic import Arrivals
 
 if TYPE_CHECKING:
     from variant_autoscaler.sim.policies import Policy
@@ -57,128 +69,10 @@ __all__ = [
     "simulate",
 ]
 
-DROP_NONE = 0
-DROP_TIMEOUT = 1  # no first token within the client's timeout (waiting at the gateway or in a queue)
-DROP_KILLED = 2  # the pod serving it died (node failure) or was deleted before it finished
-DROP_REJECTED = 3  # the server refused it (prompt + output longer than the model accepts)
-
 # Heap event kinds; the value orders events that share a time stamp.
 _WAKE, _READY, _DRAIN_END, _FAIL, _RECOVER, _SWEEP, _SCRAPE, _SAMPLE, _POLICY = range(9)
 # After the end, requests already admitted may run this long beyond the client timeout.
 _TAIL_S = 3600.0
-
-
-class PodState(IntEnum):
-    PENDING = 0
-    STARTING = 1
-    READY = 2
-    DRAINING = 3
-    GONE = 4
-
-
-class _Node:
-    __slots__ = ("acc", "free", "gpus", "healthy", "index", "pods", "pool")
-
-    def __init__(self, pool: str, index: int, acc: str, gpus: int) -> None:
-        self.pool = pool
-        self.index = index
-        self.acc = acc
-        self.gpus = gpus
-        self.free = gpus
-        self.healthy = True
-        self.pods: dict[_Pod, None] = {}  # insertion-ordered, so runs are deterministic
-
-
-class _Pod:
-    __slots__ = (
-        "created",
-        "inv_batch",
-        "max_batch",
-        "node",
-        "outstanding",
-        "pid",
-        "placed",
-        "ready_at",
-        "server",
-        "state",
-        "var",
-        "wake",
-    )
-
-    def __init__(self, pid: int, var: int, created: float, max_batch: int) -> None:
-        self.pid = pid
-        self.var = var
-        self.created = created
-        self.max_batch = max_batch
-        self.inv_batch = 1.0 / max_batch
-        self.state = PodState.PENDING
-        self.node: _Node | None = None
-        self.placed = math.nan
-        self.ready_at = math.nan
-        self.server: Server | None = None
-        self.outstanding = 0
-        self.wake = math.inf  # the time of this pod's live wake-up entry in the heap
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """Everything measured in one run; :mod:`variant_autoscaler.sim.report` summarises it."""
-
-    policy: str
-    scenario: Scenario
-    variants: tuple[str, ...]
-    models: tuple[str, ...]
-    # Per request (all models, in arrival order).
-    arrival_s: np.ndarray
-    model_idx: np.ndarray
-    variant_idx: np.ndarray  # -1 when never routed
-    input_tokens: np.ndarray
-    output_tokens: np.ndarray
-    ttft_s: np.ndarray  # nan when dropped
-    itl_s: np.ndarray  # mean inter-token latency; 0 for one-token outputs; nan when dropped
-    dropped: np.ndarray  # DROP_* codes
-    # Per variant.
-    gpu_seconds: Mapping[str, float]
-    cost: Mapping[str, float]
-    scale_ups: Mapping[str, int]
-    scale_downs: Mapping[str, int]
-    # Time series sampled every sample_interval_s: "t", and per variant/model lists.
-    series: Mapping[str, object]
-    decisions: int
-    events: int
-    cpu_s: float
-    wall_s: float
-
-
-def _merge_arrivals(
-    scenario: Scenario, arrivals: Mapping[str, Arrivals]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    times: list[np.ndarray] = []
-    models: list[np.ndarray] = []
-    ins: list[np.ndarray] = []
-    outs: list[np.ndarray] = []
-    for m, model in enumerate(scenario.models):
-        arr = arrivals[model.model_id]
-        times.append(arr.times)
-        models.append(np.full(len(arr), m, dtype=np.int64))
-        ins.append(arr.input_tokens)
-        outs.append(arr.output_tokens)
-    t = np.concatenate(times) if times else np.zeros(0)
-    order = np.argsort(t, kind="stable")
-    return (
-        t[order],
-        np.concatenate(models)[order],
-        np.concatenate(ins)[order],
-        np.concatenate(outs)[order],
-    )
-
-
-def scenario_arrivals(scenario: Scenario) -> dict[str, Arrivals]:
-    """The requests of every model, drawn once from the scenario's seed (shared by all policies)."""
-    return {
-        m.model_id: m.traffic.arrivals(rng_for(scenario.seed, m.model_id), scenario.duration_s)
-        for m in scenario.models
-    }
 
 
 class Simulation:
@@ -229,7 +123,7 @@ class Simulation:
             self.model_vars[m].append(i)
 
         # Requests.
-        t, mi, ins, outs = _merge_arrivals(scenario, self.arrivals)
+        t, mi, ins, outs = merge_arrivals(scenario, self.arrivals)
         self.arr_t = t
         self.arr_t_list: list[float] = t.tolist()
         self.arr_m: list[int] = mi.tolist()
@@ -240,19 +134,19 @@ class Simulation:
         self.req_first = [math.nan] * n
         self.req_finish = [math.nan] * n
         self.req_drop = [DROP_NONE] * n
-        self.req_pod: list[_Pod | None] = [None] * n
+        self.req_pod: list[Pod | None] = [None] * n
 
         # Cluster.
-        self.nodes: list[_Node] = []
+        self.nodes: list[Node] = []
         for pool in scenario.pools:
             for k in range(pool.count):
-                self.nodes.append(_Node(pool.name, k, pool.accelerator, pool.gpus))
-        self.pods: list[_Pod] = []
-        self.active: dict[_Pod, None] = {}  # pods bound to a node (starting, ready, draining)
-        self.var_pods: list[list[_Pod]] = [[] for _ in self.var_names]  # alive: not draining, not gone
-        self.ready_by_model: list[list[_Pod]] = [[] for _ in self.models]
+                self.nodes.append(Node(pool.name, k, pool.accelerator, pool.gpus))
+        self.pods: list[Pod] = []
+        self.active: dict[Pod, None] = {}  # pods bound to a node (starting, ready, draining)
+        self.var_pods: list[list[Pod]] = [[] for _ in self.var_names]  # alive: not draining, not gone
+        self.ready_by_model: list[list[Pod]] = [[] for _ in self.models]
         self.rr_next = [0] * len(self.models)
-        self.pending: list[_Pod] = []
+        self.pending: list[Pod] = []
         self.desired = [v.initial_replicas for v in scenario.variants]
         self.var_batch = [p.max_batch_size for p in self.var_profile]
         self.gateway: list[deque[int]] = [deque() for _ in self.models]
@@ -276,13 +170,18 @@ class Simulation:
         self.series_cost: list[float] = []
         self.series_gateway: list[list[int]] = []
         self._seed_counter = 0
+        # Stepping: the paused event loop, requests arrived so far, the nodes each slowdown degraded.
+        self._loop: Iterator[bool] | None = None
+        self.arrived = 0
+        self._cpu0 = self._wall0 = 0.0
+        self._slowed: dict[int, list[Node]] = {}
 
     # ------------------------------------------------------------------------------------ plumbing
     def _push(self, when: float, kind: int, obj: object) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (when, kind, self._seq, obj))
 
-    def _schedule_wake(self, pod: _Pod) -> None:
+    def _schedule_wake(self, pod: Pod) -> None:
         """Wake a busy pod at its engine's next event, but not sooner than one tick from now."""
         server = pod.server
         assert server is not None
@@ -297,7 +196,7 @@ class Simulation:
         self._push(at, _WAKE, pod)
 
     # ----------------------------------------------------------------------------------- requests
-    def _complete(self, pod: _Pod, done: list[Completion]) -> None:
+    def _complete(self, pod: Pod, done: list[Completion]) -> None:
         c = self.counters[pod.var]
         for rid, first, finish in done:
             self.req_first[rid] = first
@@ -315,7 +214,7 @@ class Simulation:
         if pod.state == PodState.DRAINING and pod.outstanding == 0:
             self._terminate(pod)
 
-    def _route(self, m: int) -> _Pod | None:
+    def _route(self, m: int) -> Pod | None:
         pods = self.ready_by_model[m]
         if not pods:
             return None
@@ -331,7 +230,7 @@ class Simulation:
                 best, best_score = pod, score
         return best
 
-    def _dispatch(self, rid: int, pod: _Pod) -> None:
+    def _dispatch(self, rid: int, pod: Pod) -> None:
         server = pod.server
         assert server is not None
         done = server.advance(self.now)
@@ -369,7 +268,7 @@ class Simulation:
             queue.popleft()
             self._dispatch(rid, pod)
 
-    def _drop_all(self, pod: _Pod, code: int) -> None:
+    def _drop_all(self, pod: Pod, code: int) -> None:
         if pod.server is None:
             return
         for rid in pod.server.in_flight():
@@ -380,14 +279,14 @@ class Simulation:
         pod.outstanding = 0
 
     # ---------------------------------------------------------------------------------------- pods
-    def _new_pod(self, var: int) -> _Pod:
-        pod = _Pod(len(self.pods), var, self.now, self.var_batch[var])
+    def _new_pod(self, var: int) -> Pod:
+        pod = Pod(len(self.pods), var, self.now, self.var_batch[var])
         self.pods.append(pod)
         self.var_pods[var].append(pod)
         self.pending.append(pod)
         return pod
 
-    def _place(self, pod: _Pod, warm: bool = False) -> bool:
+    def _place(self, pod: Pod, warm: bool = False) -> bool:
         need = self.var_profile[pod.var].acc_count
         acc = self.var_acc[pod.var]
         for node in self.nodes:
@@ -409,26 +308,28 @@ class Simulation:
     def _schedule_pending(self) -> None:
         if not self.pending:
             return
-        still: list[_Pod] = []
+        still: list[Pod] = []
         for pod in self.pending:
             if pod.state == PodState.PENDING and not self._place(pod):
                 still.append(pod)
         self.pending = still
 
-    def _make_ready(self, pod: _Pod) -> None:
+    def _make_ready(self, pod: Pod) -> None:
         if pod.state != PodState.STARTING:
             return
         self._seed_counter += 1
         pod.server = self.factory(
             self.var_profile[pod.var], pod.max_batch, self.sc.seed * 1_000_003 + self._seed_counter
         )
+        if pod.node is not None and pod.node.slow != 1.0:
+            pod.server = SlowedServer(pod.server, self.now, pod.node.slow)
         pod.state = PodState.READY
         pod.ready_at = self.now
         m = self.var_model[pod.var]
         self.ready_by_model[m].append(pod)
         self._flush_gateway(m)
 
-    def _release(self, pod: _Pod) -> None:
+    def _release(self, pod: Pod) -> None:
         node = pod.node
         if node is not None:
             node.free += self.var_profile[pod.var].acc_count
@@ -440,11 +341,11 @@ class Simulation:
             self.gpu_s[pod.var] += held * units
             self.cost_acc[pod.var] += held * self.var_unit_cost[pod.var] / 3600.0
 
-    def _unready(self, pod: _Pod) -> None:
+    def _unready(self, pod: Pod) -> None:
         if pod.state == PodState.READY:
             self.ready_by_model[self.var_model[pod.var]].remove(pod)
 
-    def _terminate(self, pod: _Pod) -> None:
+    def _terminate(self, pod: Pod) -> None:
         if pod.state == PodState.GONE:
             return
         self._unready(pod)
@@ -456,7 +357,7 @@ class Simulation:
         pod.server = None
         self._schedule_pending()
 
-    def _delete(self, pod: _Pod) -> None:
+    def _delete(self, pod: Pod) -> None:
         """Delete a pod as the ReplicaSet would: at once unless it is serving, then drain."""
         self.var_pods[pod.var].remove(pod)
         if pod.state == PodState.READY and pod.outstanding > 0 and self.grace > 0:
@@ -496,7 +397,7 @@ class Simulation:
             self.pending = [p for p in self.pending if p.state == PodState.PENDING]
 
     # -------------------------------------------------------------------------------------- events
-    def _on_wake(self, pod: _Pod, when: float) -> None:
+    def _on_wake(self, pod: Pod, when: float) -> None:
         if pod.wake != when or pod.server is None:
             return  # superseded
         pod.wake = math.inf
@@ -506,7 +407,7 @@ class Simulation:
         if pod.server is not None:
             self._schedule_wake(pod)
 
-    def _on_drain_end(self, pod: _Pod) -> None:
+    def _on_drain_end(self, pod: Pod) -> None:
         if pod.state != PodState.DRAINING:
             return
         assert pod.server is not None
@@ -520,6 +421,9 @@ class Simulation:
     def _on_failure(self, index: int, recover: bool) -> None:
         fail = self.sc.failures[index]
         nodes = [n for n in self.nodes if n.pool == fail.pool]
+        if fail.slowdown is not None:
+            self._on_slowdown(index, fail.slowdown, nodes, recover)
+            return
         if recover:
             revived = [n for n in nodes if not n.healthy][: fail.count]
             for node in revived:
@@ -542,6 +446,31 @@ class Simulation:
             node.free = 0
         for var in sorted(touched):
             self._reconcile(var)
+
+    def _on_slowdown(self, index: int, factor: float, nodes: list[Node], recover: bool) -> None:
+        """Nodes degraded (or back to normal): their replicas run ``factor`` times slower meanwhile."""
+        if recover:
+            targets = self._slowed.pop(index, [])
+            factor = 1.0
+        else:
+            targets = [n for n in nodes if n.healthy and n.slow == 1.0][: self.sc.failures[index].count]
+            self._slowed[index] = targets
+        for node in targets:
+            node.slow = factor
+            for pod in list(node.pods):
+                if pod.server is None:
+                    continue
+                done = pod.server.advance(self.now)
+                if done:
+                    self._complete(pod, done)
+                server = pod.server
+                if server is None:
+                    continue
+                if isinstance(server, SlowedServer):
+                    server.set_factor(self.now, factor)
+                else:
+                    pod.server = SlowedServer(server, self.now, factor)
+                self._schedule_wake(pod)
 
     def _on_sweep(self) -> None:
         cutoff = self.now - self.timeout
@@ -699,14 +628,26 @@ class Simulation:
                 self.desired[var] = want
                 self._reconcile(var)
 
-    def _on_policy(self) -> None:
-        self.decisions += 1
-        self.apply(self.policy.decide(self.observe()))
-
     # ----------------------------------------------------------------------------------------- run
     def run(self) -> RunResult:
-        cpu0 = time.process_time()
-        wall0 = time.perf_counter()
+        """Run the whole scenario, the policy deciding at each of its decision times."""
+        self.begin()
+        while self.next_decision():
+            self.apply(self.policy.decide(self.observe()))
+        return self.finish()
+
+    def begin(self) -> None:
+        """Set the cluster up at time 0 (the policy's initial replicas, warm) and schedule the events.
+
+        Then :meth:`next_decision` runs the cluster to each decision time in turn, :meth:`observe`
+        and :meth:`apply` make the decision (the policy's, or anyone's: a learning environment steps
+        the simulation this way), and :meth:`finish` collects the result. :meth:`run` does all of it
+        with ``policy.decide``.
+        """
+        if self._loop is not None:
+            raise RuntimeError("a Simulation runs once")
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
         sc = self.sc
         st = sc.settings
         end = sc.duration_s
@@ -720,7 +661,7 @@ class Simulation:
             for _ in range(self.desired[var]):
                 self._new_pod(var)
         # Warm start: whatever fits is ready at t = 0.
-        still: list[_Pod] = []
+        still: list[Pod] = []
         for pod in self.pending:
             if not self._place(pod, warm=True):
                 still.append(pod)
@@ -739,14 +680,25 @@ class Simulation:
         while k < end + self.timeout + sweep:  # sweeps go on while the last requests finish
             self._push(k, _SWEEP, None)
             k += sweep
-        hard_stop = end + self.timeout + _TAIL_S
         every(self.policy.interval_s, _POLICY, self.policy.interval_s)
         for i, fail in enumerate(sc.failures):
             if fail.at_s < end:
                 self._push(fail.at_s, _FAIL, i)
             if fail.recover_s is not None and fail.recover_s < end:
                 self._push(fail.recover_s, _RECOVER, i)
+        self._loop = self._events_until_done()
 
+    def next_decision(self) -> bool:
+        """Run the cluster to its next decision time: True there (observe, then apply), False once the
+        run is over (every request has finished or given up; then :meth:`finish`)."""
+        if self._loop is None:
+            raise RuntimeError("begin() first")
+        return next(self._loop, False)
+
+    def _events_until_done(self) -> Iterator[bool]:
+        """The event loop, pausing (yielding) at each decision time."""
+        end = self.sc.duration_s
+        hard_stop = end + self.timeout + _TAIL_S
         heap = self._heap
         arr_t = self.arr_t_list
         n_arr = len(arr_t)
@@ -764,13 +716,13 @@ class Simulation:
                 self.now = when
                 events += 1
                 if kind == _WAKE:
-                    assert isinstance(obj, _Pod)
+                    assert isinstance(obj, Pod)
                     self._on_wake(obj, when)
                 elif kind == _READY:
-                    assert isinstance(obj, _Pod)
+                    assert isinstance(obj, Pod)
                     self._make_ready(obj)
                 elif kind == _DRAIN_END:
-                    assert isinstance(obj, _Pod)
+                    assert isinstance(obj, Pod)
                     self._on_drain_end(obj)
                 elif kind == _SCRAPE:
                     self._on_scrape()
@@ -779,7 +731,10 @@ class Simulation:
                 elif kind == _SWEEP:
                     self._on_sweep()
                 elif kind == _POLICY:
-                    self._on_policy()
+                    self.decisions += 1
+                    self.arrived = ai
+                    self._events = events
+                    yield True
                 elif kind in (_FAIL, _RECOVER):
                     assert isinstance(obj, int)
                     self._on_failure(obj, kind == _RECOVER)
@@ -792,13 +747,14 @@ class Simulation:
                 ai += 1
             else:
                 break
+        self.arrived = ai
         self._events = events
-        return self._finish(cpu0, wall0)
 
     def _busy(self) -> bool:
         return any(p.outstanding > 0 for p in self.active if p.server is not None)
 
-    def _finish(self, cpu0: float, wall0: float) -> RunResult:
+    def finish(self) -> RunResult:
+        """The result of the run (after :meth:`next_decision` returned False)."""
         end = self.sc.duration_s
         self.now = max(self.now, end)
         # Requests never served: still at the gateway, or stuck on a pod past the end.
@@ -833,11 +789,11 @@ class Simulation:
             )
         series: dict[str, object] = {
             "t": self.series_t,
-            "desired": _columns(self.series_desired, self.var_names),
-            "ready": _columns(self.series_ready, self.var_names),
-            "allocated": _columns(self.series_alloc, self.var_names),
+            "desired": columns(self.series_desired, self.var_names),
+            "ready": columns(self.series_ready, self.var_names),
+            "allocated": columns(self.series_alloc, self.var_names),
             "cost": self.series_cost,
-            "gateway_waiting": _columns(self.series_gateway, self.models),
+            "gateway_waiting": columns(self.series_gateway, self.models),
         }
         return RunResult(
             policy=self.policy.name,
@@ -859,13 +815,9 @@ class Simulation:
             series=series,
             decisions=self.decisions,
             events=self._events,
-            cpu_s=time.process_time() - cpu0,
-            wall_s=time.perf_counter() - wall0,
+            cpu_s=time.process_time() - self._cpu0,
+            wall_s=time.perf_counter() - self._wall0,
         )
-
-
-def _columns(rows: list[list[int]], names: list[str]) -> dict[str, list[int]]:
-    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
 
 
 def simulate(
