@@ -47,7 +47,8 @@ def register(subparsers: Any) -> None:
         default=",".join(POLICY_NAMES),
         help=(
             f"comma-separated policies to run (default: all of {', '.join(POLICY_NAMES)}); experiments: "
-            "ours@<SLO scale> (e.g. ours@0.5), ours+trend"
+            "ours@<SLO scale> (e.g. ours@0.5), ours+trend; a trained agent: agent (the bundled one) or "
+            "agent:PATH (docs/learning-env.md)"
         ),
     )
     p.add_argument("--duration", help="override the scenario's duration (seconds, or e.g. 30m, 2h)")
@@ -95,7 +96,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 def check_policies(names: list[str]) -> None:
     """:class:`ConfigError` naming every valid policy unless each of ``names`` is one."""
-    from variant_autoscaler.sim.runner import EXPERIMENTS, POLICY_NAMES, make_policy_known
+    from variant_autoscaler.sim.runner import AGENTS, EXPERIMENTS, POLICY_NAMES, make_policy_known
 
     if not names:
         raise ConfigError(f"--policies: name at least one of {', '.join((*POLICY_NAMES, *EXPERIMENTS))}")
@@ -103,7 +104,7 @@ def check_policies(names: list[str]) -> None:
         if not make_policy_known(name):
             raise ConfigError(
                 f"unknown policy {name!r}; valid: {', '.join(POLICY_NAMES)}; experiments: "
-                f"{', '.join(EXPERIMENTS)} (e.g. ours@0.5)"
+                f"{', '.join(EXPERIMENTS)} (e.g. ours@0.5); trained agents: {', '.join(AGENTS)}"
             )
 
 

@@ -13,7 +13,15 @@ from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.simulator import RunResult, scenario_arrivals, simulate
 from variant_autoscaler.sim.traffic import Arrivals
 
-__all__ = ["EXPERIMENTS", "POLICY_NAMES", "PolicyOptions", "make_policy", "make_policy_known", "run_policies"]
+__all__ = [
+    "AGENTS",
+    "EXPERIMENTS",
+    "POLICY_NAMES",
+    "PolicyOptions",
+    "make_policy",
+    "make_policy_known",
+    "run_policies",
+]
 
 POLICY_NAMES: tuple[str, ...] = ("static", "hpa-waiting", "hpa-kv", "wva", "ours", "oracle")
 
@@ -64,7 +72,11 @@ def make_policy(
         )
     if name == "oracle":
         return OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
-    known = [*POLICY_NAMES, *EXPERIMENTS, *sorted(opts.extra)]
+    if _is_agent(name):
+        from variant_autoscaler.sim.agent import AgentPolicy, load_agent
+
+        return AgentPolicy(scenario, load_agent(name.partition(":")[2] or None), name=name)
+    known = [*POLICY_NAMES, *EXPERIMENTS, *AGENTS, *sorted(opts.extra)]
     raise ConfigError(f"unknown policy {name!r} (known: {', '.join(known)})")
 
 
@@ -83,6 +95,12 @@ def _experiment_scale(name: str) -> float | None:
 
 
 EXPERIMENTS: tuple[str, ...] = ("ours+trend", "ours@<scale>")
+AGENTS: tuple[str, ...] = ("agent", "agent:<file>")
+
+
+def _is_agent(name: str) -> bool:
+    """``agent``: the trained agent shipped with the simulator; ``agent:PATH``: an agent file."""
+    return name == "agent" or (name.startswith("agent:") and len(name) > len("agent:"))
 
 
 def make_policy_known(name: str, options: PolicyOptions | None = None) -> bool:
@@ -93,6 +111,8 @@ def make_policy_known(name: str, options: PolicyOptions | None = None) -> bool:
 
 def _known(name: str, options: PolicyOptions | None) -> bool:
     if name in POLICY_NAMES or name == "ours+trend" or (options is not None and name in options.extra):
+        return True
+    if _is_agent(name):
         return True
     return _experiment_scale(name) is not None
 
@@ -111,7 +131,8 @@ def run_policies(
 ) -> list[RunResult]:
     """Run each named policy over ``scenario``; all runs see the same requests (same seed).
 
-    Names are those of :data:`POLICY_NAMES`, ``ours@<scale>`` experiments, or ``options.extra`` keys.
+    Names are those of :data:`POLICY_NAMES`, ``ours@<scale>`` experiments, trained agents (``agent``,
+    ``agent:PATH``), or ``options.extra`` keys.
 
     ``jobs > 1`` runs policies in that many worker processes (results in the order of ``names``).
     """
@@ -119,7 +140,7 @@ def run_policies(
         raise ConfigError("no policy to run")
     unknown = [n for n in names if not _known(n, options)]
     if unknown:
-        known = [*POLICY_NAMES, *EXPERIMENTS, *sorted(options.extra if options else ())]
+        known = [*POLICY_NAMES, *EXPERIMENTS, *AGENTS, *sorted(options.extra if options else ())]
         raise ConfigError(f"unknown policy {unknown[0]!r} (known: {', '.join(known)})")
     workers = max(1, min(jobs, len(names), os.cpu_count() or 1))
     if workers == 1 or (options is not None and options.extra):

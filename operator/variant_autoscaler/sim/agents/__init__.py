@@ -1,0 +1,1 @@
+"""Trained agents shipped with the simulator (JSON parameter files of variant_autoscaler.sim.agent)."""
