@@ -30,6 +30,7 @@ BENCHMARKS: tuple[str, ...] = (
     "operator_scale",
     "policies",
     "profile_learning",
+    "learning",
 )
 
 

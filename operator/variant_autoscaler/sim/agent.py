@@ -206,7 +206,9 @@ class Controller:
 class AgentPolicy(Policy):
     """A trained agent as a simulator policy (``simulate --policies agent`` or ``agent:PATH``)."""
 
-    def __init__(self, scenario: Scenario, params: AgentParams, *, name: str = "agent", max_replicas: int = 32) -> None:
+    def __init__(
+        self, scenario: Scenario, params: AgentParams, *, name: str = "agent", max_replicas: int = 32
+    ) -> None:
         self.name = name
         self.interval_s = params.interval_s
         self.encoder = Encoder(scenario, max_replicas)

@@ -197,7 +197,7 @@ class SlowedServer:
     crossing the boundary are mapped both ways.
     """
 
-    __slots__ = ("_inner", "_real", "_rate", "_virt")
+    __slots__ = ("_inner", "_rate", "_real", "_virt")
 
     def __init__(self, inner: Server, now: float, factor: float) -> None:
         if not factor > 0:

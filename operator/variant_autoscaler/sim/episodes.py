@@ -181,7 +181,9 @@ def _traffic(
     return GeneratedTraffic(_rate_shape(shape, rng, rate, duration), inputs, outputs, burst)
 
 
-def _faults(scenario: Scenario, rng: np.random.Generator, config: EpisodeConfig, duration: float) -> list[Failure]:
+def _faults(
+    scenario: Scenario, rng: np.random.Generator, config: EpisodeConfig, duration: float
+) -> list[Failure]:
     pools = [p for p in scenario.pools if p.count > 0]
     faults: list[Failure] = []
     if not pools:

@@ -126,7 +126,11 @@ class Encoder:
         # Token means: completion-weighted over the model's variants, kept until the next completions.
         sums: dict[str, list[float]] = {}
         for view in views:
-            if view.avg_input_tokens is not None and view.avg_output_tokens is not None and view.success_rpm > 0:
+            if (
+                view.avg_input_tokens is not None
+                and view.avg_output_tokens is not None
+                and view.success_rpm > 0
+            ):
                 s = sums.setdefault(view.model, [0.0, 0.0, 0.0])
                 s[0] += view.success_rpm
                 s[1] += view.success_rpm * view.avg_input_tokens
@@ -136,9 +140,7 @@ class Encoder:
                 max(_TOKEN_GRID, round(tin / w / _TOKEN_GRID) * _TOKEN_GRID),
                 max(1.0, round(tout / w / _TOKEN_GRID) * _TOKEN_GRID),
             )
-        free = {
-            acc: obs.capacity.get(acc, 0) - obs.allocated.get(acc, 0) for acc in self.accelerators
-        }
+        free = {acc: obs.capacity.get(acc, 0) - obs.allocated.get(acc, 0) for acc in self.accelerators}
         rows = np.zeros((len(views), len(FEATURES)), dtype=np.float32)
         for i, view in enumerate(views):
             tokens = self._tokens.get(view.model, DEFAULT_TOKENS)
@@ -170,7 +172,10 @@ class Encoder:
                 1.0 if view.metrics_ok else 0.0,
             )
         inventory = np.array(
-            [[min(UNBOUNDED, max(0, free[a])), min(UNBOUNDED, obs.capacity.get(a, 0))] for a in self.accelerators],
+            [
+                [min(UNBOUNDED, max(0, free[a])), min(UNBOUNDED, obs.capacity.get(a, 0))]
+                for a in self.accelerators
+            ],
             dtype=np.float32,
         )
         # Within the observation space's bounds, and finite for any learner.
@@ -191,4 +196,3 @@ def upper_bounds(max_replicas: int) -> npt.NDArray[np.float32]:
     ):
         high[FEATURES.index(name)] = bound
     return high
-

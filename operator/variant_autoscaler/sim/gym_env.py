@@ -45,7 +45,7 @@ __all__ = ["ENV_ID", "PolicyAgent", "PolicyFactory", "VariantAutoscalerEnv", "ep
 ENV_ID = "VariantAutoscaler-v0"
 ActionMode = Literal["delta", "target"]
 PolicyFactory = Callable[[Scenario, Mapping[str, Arrivals]], Policy]
-ObsType = dict[str, npt.NDArray[np.float32]]
+ObsType = dict[str, Any]  # "variants" and "inventory": float32 arrays
 
 
 class _External(Policy):
@@ -202,9 +202,7 @@ class VariantAutoscalerEnv(gym.Env[ObsType, npt.NDArray[np.int64]]):
         self._carry = self._scorer.step()
         return self._observe(), self._info()
 
-    def step(
-        self, action: npt.NDArray[np.int64]
-    ) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    def step(self, action: npt.NDArray[np.int64]) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
         sim, scorer = self.sim, self._scorer
         if sim is None or scorer is None or self.result is not None:
             raise RuntimeError("reset() before step(), and again after an episode ends")

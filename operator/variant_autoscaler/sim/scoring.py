@@ -19,7 +19,14 @@ import numpy as np
 
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.cluster import DROP_NONE, RunResult
-from variant_autoscaler.sim.report import MINOR_FACTOR, TIER_DROPPED, TIER_MEETS, TIER_MINOR, TIER_SEVERE, classify
+from variant_autoscaler.sim.report import (
+    MINOR_FACTOR,
+    TIER_DROPPED,
+    TIER_MEETS,
+    TIER_MINOR,
+    TIER_SEVERE,
+    classify,
+)
 
 if TYPE_CHECKING:
     from variant_autoscaler.sim.simulator import Simulation

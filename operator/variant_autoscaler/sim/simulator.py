@@ -464,8 +464,8 @@ class Simulation:
                 if done:
                     self._complete(pod, done)
                 server = pod.server
-                if server is None:
-                    continue
+                if pod.state == PodState.GONE or server is None:
+                    continue  # a draining pod that has just finished its last request
                 if isinstance(server, SlowedServer):
                     server.set_factor(self.now, factor)
                 else:

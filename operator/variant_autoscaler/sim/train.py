@@ -68,18 +68,22 @@ def make_env(
     trace_range_s: tuple[float, float] | None,
     duration_s: tuple[float, float] = TRAIN_DURATION_S,
     reward: RewardConfig | None = None,
+    shapes: dict[str, float] | None = None,
+    rate_scale: tuple[float, float] = (0.5, 1.5),
 ) -> Any:
     """The environment the agent trains (and is evaluated) in: ``target`` actions, episodes of the
-    template with randomised traffic and faults (trace windows when a trace is given)."""
+    template with randomised traffic and faults (trace windows too when a trace is given)."""
     from variant_autoscaler.sim.gym_env import VariantAutoscalerEnv, _no_trace
     from variant_autoscaler.sim.traffic import read_trace
 
-    shapes = _no_trace()
-    trace = None
-    if trace_path is not None:
-        trace = read_trace(trace_path)
-        shapes["trace"] = 2.0
-    episodes = EpisodeConfig(duration_s=duration_s, shapes=shapes, trace=trace, trace_range_s=trace_range_s)
+    trace = read_trace(trace_path) if trace_path is not None else None
+    if shapes is None:
+        shapes = _no_trace()
+        if trace is not None:
+            shapes["trace"] = 2.0
+    episodes = EpisodeConfig(
+        duration_s=duration_s, rate_scale=rate_scale, shapes=shapes, trace=trace, trace_range_s=trace_range_s
+    )
     return VariantAutoscalerEnv(template, episodes=episodes, action_mode="target", reward=reward)
 
 
@@ -137,9 +141,13 @@ def evaluate(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m variant_autoscaler.sim.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m variant_autoscaler.sim.train", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("-o", "--output", type=Path, required=True, help="agent file to write (JSON)")
-    parser.add_argument("--trace", help="a CSV trace for trace-window episodes (its first 40 minutes are used)")
+    parser.add_argument(
+        "--trace", help="a CSV trace for trace-window episodes (its first 40 minutes are used)"
+    )
     parser.add_argument("--minutes", type=float, default=30.0, help="wall-time budget (default 30)")
     parser.add_argument(
         "--cpu-minutes",
@@ -147,12 +155,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=60.0,
         help="CPU-time budget of the episodes (default 60: two cores for 30 minutes)",
     )
-    parser.add_argument("--iterations", type=int, default=200, help="at most this many iterations (default 200)")
+    parser.add_argument(
+        "--iterations", type=int, default=200, help="at most this many iterations (default 200)"
+    )
     parser.add_argument("--population", type=int, default=8, help="candidates per iteration (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the candidates and episodes (default 0)")
     args = parser.parse_args(argv)
-    if args.population < 4 or args.iterations < 1 or args.workers < 1 or not min(args.minutes, args.cpu_minutes) > 0:
+    if (
+        args.population < 4
+        or args.iterations < 1
+        or args.workers < 1
+        or not min(args.minutes, args.cpu_minutes) > 0
+    ):
         raise ConfigError("population >= 4, iterations >= 1, workers >= 1, minutes and cpu-minutes > 0")
     rng = np.random.default_rng(args.seed)
     mean = np.zeros(len(PARAMETERS))
@@ -206,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tuple(float(v) for v in mean),
         training={
             "method": "cross-entropy method over the agent's weights",
-            "command": "python -m variant_autoscaler.sim.train " + " ".join(sys.argv[1:] if argv is None else argv),
+            "command": "python -m variant_autoscaler.sim.train "
+            + " ".join(sys.argv[1:] if argv is None else argv),
             "templates": list(TEMPLATES),
             "trace_range_s": list(TRAIN_TRACE_RANGE_S) if args.trace else None,
             "episode_duration_s": list(TRAIN_DURATION_S),

@@ -23,7 +23,9 @@ from variant_autoscaler.sim.scoring import RewardConfig, episode_return, recover
 from variant_autoscaler.sim.traffic import Constant, GeneratedTraffic, read_trace
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure-conv-5min.csv"
-SHORT = EpisodeConfig(duration_s=(420.0, 600.0), rate_scale=(0.2, 0.4), shapes={"constant": 1.0, "flash": 1.0})
+SHORT = EpisodeConfig(
+    duration_s=(420.0, 600.0), rate_scale=(0.2, 0.4), shapes={"constant": 1.0, "flash": 1.0}
+)
 
 
 def small_failure_scenario() -> Scenario:
@@ -141,7 +143,9 @@ def test_episodes_draw_traffic_shapes_trace_windows_and_faults() -> None:
 
 def test_a_trace_window_is_replayed_at_the_rate_asked_for() -> None:
     trace = read_trace(TRACE)
-    arr = trace_window(trace, np.random.default_rng(0), start_s=60.0, length_s=120.0, duration_s=600.0, rate=12.0)
+    arr = trace_window(
+        trace, np.random.default_rng(0), start_s=60.0, length_s=120.0, duration_s=600.0, rate=12.0
+    )
     assert arr.times[0] >= 0.0 and arr.times[-1] < 600.0
     assert np.all(np.diff(arr.times) >= 0)
     assert len(arr) / 600.0 == pytest.approx(12.0, rel=0.1)
