@@ -51,7 +51,7 @@ class EpisodeConfig:
 
     randomize: bool = True
     duration_s: tuple[float, float] = (1800.0, 3600.0)
-    rate_scale: tuple[float, float] = (0.5, 1.5)
+    rate_scale: tuple[float, float] = (0.5, 1.25)
     shapes: Mapping[str, float] = field(
         default_factory=lambda: {"constant": 1.0, "diurnal": 2.0, "step": 1.0, "flash": 2.0, "trace": 2.0}
     )
@@ -149,11 +149,11 @@ def _rate_shape(shape: str, rng: np.random.Generator, rate: float, duration: flo
         at = np.sort(u(0.0, duration, size=n))
         at[0] = 0.0
         return Step(tuple(float(a) for a in at), tuple(float(rate * u(0.3, 1.7)) for _ in range(n)))
-    # A flash crowd: the extra load is mostly on top of a lower base.
+    # A flash crowd: the extra load on top of a lower base.
     base = rate * u(0.4, 0.8)
     return FlashCrowd(
         base_rps=base,
-        extra_rps=rate * u(1.0, 4.0),
+        extra_rps=rate * u(0.5, 2.0),
         start_s=u(0.15, 0.6) * duration,
         rise_s=u(60.0, 300.0),
         hold_s=u(300.0, 1200.0),

@@ -69,7 +69,7 @@ def make_env(
     duration_s: tuple[float, float] = TRAIN_DURATION_S,
     reward: RewardConfig | None = None,
     shapes: dict[str, float] | None = None,
-    rate_scale: tuple[float, float] = (0.5, 1.5),
+    rate_scale: tuple[float, float] = (0.5, 1.25),
 ) -> Any:
     """The environment the agent trains (and is evaluated) in: ``target`` actions, episodes of the
     template with randomised traffic and faults (trace windows too when a trace is given)."""

@@ -54,8 +54,9 @@ def run_episode(env: gym.Env, agent: PolicyAgent, scenario: Scenario) -> tuple[f
             return total, tiers
 
 
-def test_the_environment_passes_gymnasiums_checker() -> None:
-    env = VariantAutoscalerEnv("node-failure", episodes=SHORT)
+@pytest.mark.parametrize(("mode", "batch"), [("delta", None), ("target", (0.5, 1.0))])
+def test_the_environment_passes_gymnasiums_checker(mode: str, batch: tuple[float, ...] | None) -> None:
+    env = VariantAutoscalerEnv("node-failure", episodes=SHORT, action_mode=mode, batch_choices=batch)  # type: ignore[arg-type]
     check_env(env, skip_render_check=True)
     env.close()
 
