@@ -12,7 +12,8 @@ through ``simulate``'s runner over the same requests; the table reports each pol
 Run: ``python bench/learning.py`` (this section only, to stdout) or
 ``python bench/run_all.py --only learning`` (rewrites docs/benchmarks.md). The trace is read from
 ``../shared/traces/azure-llm-inference-2023-conv.csv`` beside the repository (``--trace`` to change; without
-it, generated traffic only). ``--episodes`` sets the held-out episodes per cluster (default 4).
+it, generated traffic only). ``--episodes`` sets the held-out episodes per cluster (default 6);
+``--no-bundled`` leaves out the bundled scenarios as they are (the policies section's, hours long).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ TRACE = ROOT.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
 HELD_OUT_TRACE_S = (2400.0, 3600.0)
 POLICIES: tuple[str, ...] = (*POLICY_NAMES, "agent")
 SEEDS_FROM = 1000
-EPISODES = 4
+EPISODES = 6
 JOBS = 2
 COMMAND = "python bench/run_all.py --only learning"
 
@@ -137,6 +138,31 @@ def _table(rows: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     return [*lines, ""]
 
 
+def _bundled(jobs: int) -> list[str]:
+    """Every policy and the agent on the bundled scenarios as they are (the policies section's runs)."""
+    from variant_autoscaler.sim.scenarios import BUNDLED, load_bundled
+
+    reward = RewardConfig()
+    lines = [
+        "| scenario | policy | return per request | in SLO | dropped | cost (× oracle) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name in BUNDLED:
+        t0 = time.perf_counter()
+        results = run_policies(load_bundled(name), POLICIES, jobs=jobs)
+        print(f"   bundled {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        oracle = next(r for r in results if r.policy == "oracle")
+        oracle_cost = sum(oracle.cost.values()) or 1.0
+        for r in results:
+            s = summarize(r)
+            lines.append(
+                f"| {name} | {r.policy} | {episode_return(r, reward) / max(1, s['requests']):.4f} "
+                f"| {100 * s['attainment']:.2f} % | {100 * s['tiers']['dropped']:.2f} % "
+                f"| {s['cost']:,.0f} ({s['cost'] / oracle_cost:.2f}) |"
+            )
+    return [*lines, ""]
+
+
 def _speed(trace: str | None) -> list[str]:
     """Environment steps per second (wall and CPU) with the trained agent deciding, per cluster."""
     params = load_agent()
@@ -185,13 +211,14 @@ def _training() -> list[str]:
     ]
 
 
-def run(jobs: int = JOBS, episodes: int = EPISODES, trace: str | None = None) -> str:
+def run(jobs: int = JOBS, episodes: int = EPISODES, trace: str | None = None, bundled: bool = True) -> str:
     trace_path = trace if trace is not None else (str(TRACE) if TRACE.exists() else None)
     started = time.perf_counter()
     held = _episodes(trace_path, episodes)
     rows = _evaluate(held, jobs)
     seeds = [r for r in rows if r["kind"] == "seeds"]
     traced = [r for r in rows if r["kind"] == "trace"]
+    on_bundled = _bundled(jobs) if bundled else []
     speed = _speed(trace_path)
     wall = time.perf_counter() - started
     reward = RewardConfig()
@@ -218,6 +245,18 @@ def run(jobs: int = JOBS, episodes: int = EPISODES, trace: str | None = None) ->
         "",
         *(_table(seeds, f"Held-out seeds ({len(seeds) // len(POLICIES)} episodes)") if seeds else []),
         *(_table(traced, "Held-out trace window (the trace's last 20 minutes)") if traced else []),
+        *(
+            [
+                "### On the bundled scenarios",
+                "",
+                "The four bundled scenarios as they are (hours long, the policies section's runs; "
+                "longer than any training episode):",
+                "",
+                *on_bundled,
+            ]
+            if on_bundled
+            else []
+        ),
         "### Environment speed",
         "",
         "Two training-distribution episodes per cluster, the trained agent deciding every 60 s (one step per "
@@ -237,8 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--episodes", type=int, default=EPISODES)
     parser.add_argument("--trace", default=None)
+    parser.add_argument("--no-bundled", action="store_true")
     args = parser.parse_args(argv)
-    print(run(args.jobs, args.episodes, args.trace))
+    print(run(args.jobs, args.episodes, args.trace, bundled=not args.no_bundled))
     return 0
 
 
