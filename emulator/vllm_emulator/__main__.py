@@ -39,10 +39,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def first_then_cancel() -> None:
+            # The first SIGTERM/SIGINT drains (as vLLM behind a Service); a second one stops at once.
+            if stop.is_set():
+                task.cancel()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, task.cancel)
-        await serve(config, ready=ready)
+                loop.add_signal_handler(sig, first_then_cancel)
+        await serve(config, ready=ready, stop=stop)
 
     with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
         asyncio.run(run())

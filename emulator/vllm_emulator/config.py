@@ -67,6 +67,9 @@ class EmulatorConfig:
     seed: int
     log_level: str = "info"
     vllm_version: str = DEFAULT_VERSION
+    shutdown_delay: float = 0.0
+    drain_timeout: float = 30.0
+    header_timeout: float = 10.0
 
     @property
     def engine_kind(self) -> str:
@@ -186,6 +189,26 @@ _OPTIONS: tuple[_Option, ...] = (
         "v1 without a preset: context length at which the step costs reproduce the alpha..delta profile",
     ),
     _Option("log-level", str, "info", "logging level: debug, info, warning, error"),
+    _Option(
+        "shutdown-delay",
+        float,
+        0.0,
+        "on SIGTERM, seconds to keep accepting requests (reporting /health 503) while the endpoint is "
+        "withdrawn, before the listener closes (what a preStop sleep gives a pod behind a Service; the "
+        "demo's and e2e's pods set 5)",
+    ),
+    _Option(
+        "drain-timeout",
+        float,
+        30.0,
+        "on SIGTERM, seconds to let requests in flight finish after the listener closed",
+    ),
+    _Option(
+        "header-timeout",
+        float,
+        10.0,
+        "seconds a new connection has to send its request headers before it is closed",
+    ),
 )
 
 
@@ -305,6 +328,11 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> EmulatorCo
         raise ConfigError("the model name must not be empty")
     if args.log_level.lower() not in {"debug", "info", "warning", "error"}:
         raise ConfigError(f"log level must be debug, info, warning or error, got {args.log_level!r}")
+    for flag in ("shutdown_delay", "drain_timeout"):
+        if not 0 <= getattr(args, flag) < 3600:
+            raise ConfigError(f"{flag.replace('_', '-')} must be in [0, 3600) seconds")
+    if not 0 < args.header_timeout < 3600:
+        raise ConfigError("header-timeout must be in (0, 3600) seconds")
     if args.engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
     if args.vllm_version not in VERSIONS:
@@ -319,6 +347,9 @@ def parse_args(argv: Sequence[str] | None, env: Mapping[str, str]) -> EmulatorCo
         seed=args.seed,
         log_level=args.log_level.lower(),
         vllm_version=args.vllm_version,
+        shutdown_delay=args.shutdown_delay,
+        drain_timeout=args.drain_timeout,
+        header_timeout=args.header_timeout,
     )
 
 

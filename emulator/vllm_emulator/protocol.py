@@ -17,9 +17,11 @@ from vllm_emulator.prefix import block_keys, chat_tokens
 from vllm_emulator.tokenizer import count_chat_tokens, count_tokens, tokenize
 
 __all__ = [
+    "MAX_PROMPTS",
     "ApiError",
     "ParsedRequest",
     "error_body",
+    "max_body_bytes",
     "parse_chat",
     "parse_completion",
 ]
@@ -63,11 +65,25 @@ class ParsedRequest:
     """Per prompt, its full blocks' prefix keys (only when the parser was given a block size)."""
 
 
+MAX_PROMPTS = 256
+"""Prompts one completions request may carry (each becomes a sequence; vLLM has no such cap, but an
+emulator that turns a 20,000-prompt list into 20,000 sequences helps nobody)."""
+
+
+def max_body_bytes(max_model_len: int) -> int:
+    """The largest request body accepted: room for several full-length prompts of ordinary text (a
+    token is a few bytes of JSON) plus the request's other fields; anything larger cannot be a valid
+    request for this model length and is refused (413) before it is read or tokenised."""
+    return 1024 * 1024 + 64 * max_model_len
+
+
 def _decode(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -177,7 +193,14 @@ def parse_completion(raw: bytes, served_model: str, max_model_len: int, block_si
     if "prompt" not in body:
         raise ApiError(400, "missing required field 'prompt'", param="prompt")
     model, stream, include_usage = _common(body, served_model)
-    counts = _prompt_counts(body["prompt"])
+    prompt = body["prompt"]
+    if (
+        isinstance(prompt, list)
+        and len(prompt) > MAX_PROMPTS
+        and not all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+    ):
+        raise ApiError(400, f"at most {MAX_PROMPTS} prompts per request, got {len(prompt)}", param="prompt")
+    counts = _prompt_counts(prompt)
     if not counts or any(c == 0 for c in counts):
         raise ApiError(400, "the prompt must not be empty", param="prompt")
     if stream and len(counts) > 1:
@@ -198,6 +221,8 @@ def parse_chat(raw: bytes, served_model: str, max_model_len: int, block_size: in
     messages = body["messages"]
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    if len(messages) > max_model_len:  # every message costs tokens: more cannot fit
+        raise ApiError(400, f"{len(messages)} messages cannot fit {max_model_len} tokens", param="messages")
     for message in messages:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(400, "every message must be an object with a string 'role'", param="messages")

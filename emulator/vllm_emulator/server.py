@@ -8,6 +8,13 @@ so nothing is delivered late because the timer had not fired yet.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both streaming or not),
 ``GET /v1/models``, ``GET /health``, ``GET /version``, ``GET /metrics``.
+
+Bad input never costs more than it must: a body over :func:`~vllm_emulator.protocol.max_body_bytes` is
+refused (413) before it is read, a large body is parsed and tokenised in a worker thread (the event loop
+keeps serving), a connection gets :attr:`EmulatorConfig.header_timeout` to send its headers, and every
+error is an OpenAI error body. On SIGTERM the server drains as a pod behind a Service does: ``/health``
+answers 503 at once, requests are still served for ``shutdown_delay`` (while the endpoint is withdrawn),
+then the listener closes and the requests in flight finish (up to ``drain_timeout``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vllm_emulator import __version__
 from vllm_emulator.config import EmulatorConfig
+from vllm_emulator.connections import HeaderDeadline
 from vllm_emulator.engine import Engine, EngineOutput, SeqState, Sequence
 from vllm_emulator.engine_v1 import V1Config, V1Engine
 from vllm_emulator.metrics import EmulatorMetrics, VllmCollector, build_registry
@@ -38,6 +46,7 @@ from vllm_emulator.protocol import (
     chat_body,
     completion_body,
     error_body,
+    max_body_bytes,
     parse_chat,
     parse_completion,
 )
@@ -48,6 +57,8 @@ __all__ = ["EmulatorServer", "serve"]
 log = logging.getLogger("vllm_emulator")
 
 _JSON = "application/json"
+# Bodies above this are parsed in a worker thread: tokenising ~1 MB takes tens of ms of CPU.
+_THREAD_PARSE_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -96,13 +107,18 @@ class EmulatorServer:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = 0.0
         self._closing = False
+        self.draining = False  # SIGTERM received: /health says 503, requests are still served
+        self.idle = asyncio.Event()  # set when the last request in flight finishes
         self._started = int(time.time())
         self.app = self._build_app()
 
     # ------------------------------------------------------------------ application
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[_error_middleware], client_max_size=64 * 1024 * 1024)
+        app = web.Application(
+            middlewares=[_error_middleware],
+            client_max_size=max_body_bytes(self.config.engine.max_model_len),
+        )
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
@@ -209,8 +225,12 @@ class EmulatorServer:
 
     # ------------------------------------------------------------------ handlers
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures) + len(self._streams)
+
     async def health(self, _request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        return web.Response(status=503 if self.draining else 200)
 
     async def version(self, _request: web.Request) -> web.Response:
         return web.json_response({"version": f"vllm-emulator {__version__}"})
@@ -239,16 +259,20 @@ class EmulatorServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = parse_completion(
-            await request.read(), self.config.model, self.config.engine.max_model_len, self._block_size
-        )
+        parsed = await self._parse(parse_completion, await request.read())
         return await self._serve(request, parsed, f"cmpl-{uuid.uuid4().hex}")
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = parse_chat(
-            await request.read(), self.config.model, self.config.engine.max_model_len, self._block_size
-        )
+        parsed = await self._parse(parse_chat, await request.read())
         return await self._serve(request, parsed, f"chatcmpl-{uuid.uuid4().hex}")
+
+    async def _parse(
+        self, parse: Callable[[bytes, str, int, int], ParsedRequest], raw: bytes
+    ) -> ParsedRequest:
+        args = (raw, self.config.model, self.config.engine.max_model_len, self._block_size)
+        if len(raw) > _THREAD_PARSE_BYTES:
+            return await asyncio.to_thread(parse, *args)
+        return parse(*args)
 
     async def _serve(
         self, request: web.Request, parsed: ParsedRequest, request_id: str
@@ -270,6 +294,7 @@ class EmulatorServer:
             for seq in seqs:
                 self._futures.pop(seq.seq_no, None)
                 self._abort(seq)
+            self._settled()
         for _ in seqs:
             self.metrics.request_params(parsed.max_tokens)
         created = int(time.time())
@@ -344,7 +369,14 @@ class EmulatorServer:
         finally:
             self._streams.pop(seq.seq_no, None)
             self._abort(seq)
+            self._settled()
         return response
+
+    def _settled(self) -> None:
+        if not self.in_flight:
+            self.idle.set()
+        else:
+            self.idle.clear()
 
 
 @web.middleware
@@ -362,24 +394,64 @@ async def _error_middleware(
         return web.json_response(
             body, status=exc.status, headers={k: v for k, v in exc.headers.items() if k == "Allow"}
         )
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception:
+        # A bug, not the client's fault: logged with its traceback, answered as OpenAI would.
+        log.exception("unexpected error serving %s %s", request.method, request.path)
+        return web.json_response(error_body("internal server error", "internal_error", None, 500), status=500)
 
 
-async def serve(config: EmulatorConfig, *, ready: Callable[[str, int], None] | None = None) -> None:
-    """Run the server until cancelled; ``ready(host, port)`` is called once it listens."""
+async def serve(
+    config: EmulatorConfig,
+    *,
+    ready: Callable[[str, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the server until cancelled, or until ``stop`` is set and it has drained (see the module doc);
+    ``ready(host, port)`` is called once it listens."""
     server = EmulatorServer(config)
-    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(server.app, handler_cancellation=True, access_log=None, keepalive_timeout=75.0)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=2048, reuse_address=True)
+    loop = asyncio.get_running_loop()
+    handlers = runner.server
+    assert handlers is not None
+    listener = await loop.create_server(
+        lambda: HeaderDeadline(handlers, config.header_timeout),
+        config.host,
+        config.port,
+        backlog=2048,
+        reuse_address=True,
+    )
     try:
-        await site.start()
         host, port = config.host, config.port
-        for address in runner.addresses:
+        for sock in listener.sockets:
+            address = sock.getsockname()
             if isinstance(address, tuple) and len(address) >= 2:
                 host, port = str(address[0]), int(address[1])
                 break
         if ready is not None:
             ready(host, port)
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
+            await (stop or asyncio.Event()).wait()
+            await _drain(server, listener, config)
     finally:
+        listener.close()
         await runner.cleanup()
+
+
+async def _drain(server: EmulatorServer, listener: asyncio.Server, config: EmulatorConfig) -> None:
+    server.draining = True
+    log.info(
+        "draining: serving for %gs more, then finishing %d request(s) in flight",
+        config.shutdown_delay,
+        server.in_flight,
+    )
+    await asyncio.sleep(config.shutdown_delay)
+    listener.close()  # no new connections; open ones (and their requests) go on
+    if server.in_flight:
+        server.idle.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.idle.wait(), config.drain_timeout)
+    if server.in_flight:
+        log.warning("drain timeout: %d request(s) still in flight are cut off", server.in_flight)
