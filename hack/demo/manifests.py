@@ -48,7 +48,12 @@ def emulator_variant(
     analyzer's own accounting); ``vllm_version`` the vLLM version whose metric names it exports (the
     emulator's default, the current one, when None).
     """
-    args = ["--model", model, "--port", "8000", "--max-num-seqs", str(max_batch), "--engine", engine]
+    # On SIGTERM the emulator keeps serving for 5 s (longer than a load driver's 4 s between endpoint
+    # refreshes, as a preStop sleep covers endpoint propagation), then finishes what it has in flight.
+    args = [
+        "--model", model, "--port", "8000", "--max-num-seqs", str(max_batch), "--engine", engine,
+        "--shutdown-delay", "5",
+    ]  # fmt: skip
     if vllm_version is not None:
         args += ["--vllm-version", vllm_version]
     for key in ("alpha", "beta", "gamma", "delta"):
@@ -60,12 +65,13 @@ def emulator_variant(
         "command": ["vllm-emulator"],
         "args": args,
         "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 1},
         "resources": {"requests": {f"{domain}/gpu": str(gpus)}, "limits": {f"{domain}/gpu": str(gpus)}},
     }
     spec: dict[str, Any] = {
         "containers": [container],
         "nodeSelector": {f"{domain}/gpu.product": product},
-        "terminationGracePeriodSeconds": 1,
+        "terminationGracePeriodSeconds": 30,
     }
     if toleration is not None:
         key, value = toleration

@@ -16,9 +16,15 @@ Once the port accepts connections the endpoint is published: the pod gets the an
 ``localcluster.variant-autoscaler.io/endpoint: 127.0.0.1:<port>``, ``<state>/endpoints.json`` lists every
 pod's process, and Prometheus' file-SD file ``<sd-dir>/pods.json`` gets a target labelled ``namespace``,
 ``pod``, ``node``, ``container``, ``model`` (from ``--model``/``--served-model-name``, if given) and the
-pod's own labels (sanitised; ``model_name`` is left to the metrics themselves). When the pod is deleted or
-stops Running, the process is stopped and the target withdrawn. A process that exits by itself is not
-restarted; its exit code is recorded in endpoints.json and its target withdrawn.
+pod's own labels (sanitised; ``model_name`` is left to the metrics themselves). A container with an
+``httpGet`` readiness probe is published only once the probe answers (a 2xx or 3xx), others once their
+port accepts connections. A process that exits by itself is not restarted; its exit code is recorded in
+endpoints.json and its target withdrawn.
+
+Deleting a pod terminates it as a kubelet does (kwok leaves our pods' deletion to the runner): SIGTERM to
+the process at once, which keeps serving the requests it has (the emulator drains: see
+``--shutdown-delay``), SIGKILL when the pod's ``terminationGracePeriodSeconds`` have passed, and only
+then is the pod object removed. A pod that stops Running for another reason is stopped at once.
 
 Run as ``python -m localcluster.podrunner --kubeconfig K --state-dir D --sd-dir S --pid-dir P``.
 """
@@ -41,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.names import ENDPOINT_ANNOTATION, OWN_PREFIX, RUN_LABEL
-from localcluster.net import LOOPBACK, free_port, tcp_open
+from localcluster.net import LOOPBACK, free_port, http_get, tcp_open
 from localcluster.procs import PidRecord, die_with_parent, proc_start_time
 from localcluster.prometheus import write_file_sd
 
@@ -140,6 +146,11 @@ class PodProcess:
     exit_code: int | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # An httpGet readiness probe's path, if the container has one.
+    ready_path: str | None = None
+    # time.monotonic() when the pod's deletion was first seen (SIGTERM sent), and its grace period.
+    terminating_since: float | None = None
+    grace_seconds: float = 30.0
 
     @property
     def address(self) -> str:
@@ -183,8 +194,11 @@ class PodRunner:
     def sync(self) -> None:
         pods = self.core.list_pod_for_all_namespaces(label_selector=f"{RUN_LABEL}=true").items
         wanted = {pod.metadata.uid: pod for pod in pods if _eligible(pod)}
+        deleting = {pod.metadata.uid: pod for pod in pods if pod.metadata.deletion_timestamp is not None}
+        for uid, pod in deleting.items():
+            self._terminate(pod, self.processes.get(uid))
         for uid in list(self.processes):
-            if uid not in wanted:
+            if uid not in wanted and uid not in deleting:
                 self._stop(self.processes.pop(uid), reason="pod gone or not Running")
         for uid, pod in wanted.items():
             if uid not in self.processes:
@@ -192,6 +206,38 @@ class PodRunner:
         for process in self.processes.values():
             self._observe(process)
         self._publish()
+
+    def _terminate(self, pod: Any, process: PodProcess | None) -> None:
+        """One step of a deleted pod's termination (see the module doc)."""
+        meta = pod.metadata
+        running = process is not None and process.popen is not None and process.popen.poll() is None
+        if process is not None and running and process.terminating_since is None:
+            assert process.popen is not None
+            process.terminating_since = time.monotonic()
+            grace = pod.spec.termination_grace_period_seconds
+            process.grace_seconds = 30.0 if grace is None else float(grace)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.popen.pid, signal.SIGTERM)
+            self._log(f"{process.key}: terminating (grace {process.grace_seconds:g} s)")
+            return
+        if process is not None and running:
+            assert process.terminating_since is not None
+            if time.monotonic() - process.terminating_since < process.grace_seconds:
+                return  # still draining within its grace period
+            self._stop(process, reason="grace period over")
+        elif process is not None:
+            process.pidfile.unlink(missing_ok=True)
+            self._log(f"{process.key}: terminated")
+        self.processes.pop(meta.uid, None)
+        from kubernetes.client import ApiException, V1DeleteOptions
+
+        try:  # the kubelet's last step: the pod object goes
+            self.core.delete_namespaced_pod(
+                meta.name, meta.namespace, body=V1DeleteOptions(grace_period_seconds=0)
+            )
+        except ApiException as error:
+            if error.status != 404:
+                self._log(f"{meta.namespace}/{meta.name}: cannot delete: {error.status} {error.reason}")
 
     def _observe(self, process: PodProcess) -> None:
         if process.popen is None or process.state in {"exited", "error"}:
@@ -203,10 +249,19 @@ class PodRunner:
             process.pidfile.unlink(missing_ok=True)
             self._log(f"{process.key}: process exited with {code}; see {process.log_path}")
             return
-        if process.state == "starting" and tcp_open(process.port):
+        if process.state == "starting" and self._ready(process):
             process.state = "serving"
             self._annotate(process, process.address)
             self._log(f"{process.key}: serving on {process.address}")
+
+    @staticmethod
+    def _ready(process: PodProcess) -> bool:
+        if not tcp_open(process.port):
+            return False
+        if process.ready_path is None:
+            return True
+        answer = http_get(f"http://{process.address}{process.ready_path}", timeout=1.0)
+        return answer is not None and 200 <= answer[0] < 400
 
     def _publish(self) -> None:
         groups = [
@@ -256,6 +311,9 @@ class PodRunner:
                 )
             argv = override_port([expand(arg, env) for arg in raw], port)
             process.argv = argv
+            probe = container.readiness_probe
+            if probe is not None and probe.http_get is not None:
+                process.ready_path = probe.http_get.path or "/"
             process.labels = target_labels(pod, container.name, argv)
             base = dict(os.environ)
             base.update(env)
@@ -284,15 +342,12 @@ class PodRunner:
         return process
 
     def _stop(self, process: PodProcess, reason: str) -> None:
+        """Kill the process at once: its pod is gone without a grace period (force-deleted, its node
+        lost), its grace period is over, or the runner itself stops."""
         if process.popen is not None and process.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.popen.pid, signal.SIGTERM)
-            try:
-                process.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait(5)
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait(5)
         process.pidfile.unlink(missing_ok=True)
         self._log(f"{process.key}: stopped ({reason})")
 

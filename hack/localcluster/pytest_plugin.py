@@ -194,8 +194,12 @@ def emulator_deployment(
     args: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    grace_seconds: int = 1,
+    readiness_path: str | None = None,
 ) -> dict[str, Any]:
-    """A Deployment manifest the pod runner serves: GPU request, opt-in label, ``--port`` in the args."""
+    """A Deployment manifest the pod runner serves: GPU request, opt-in label, ``--port`` in the args;
+    ``grace_seconds`` is the pods' termination grace period, ``readiness_path`` an httpGet readiness
+    probe's path (none by default)."""
     domain = VENDOR_DOMAINS[vendor]
     pod_labels = {"app.kubernetes.io/instance": name, RUN_LABEL: "true", **(labels or {})}
     container: dict[str, Any] = {
@@ -211,7 +215,9 @@ def emulator_deployment(
             "requests": {f"{domain}/gpu": str(gpus)},
             "limits": {f"{domain}/gpu": str(gpus)},
         }
-    spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 1}
+    if readiness_path is not None:
+        container["readinessProbe"] = {"httpGet": {"path": readiness_path, "port": 8000}, "periodSeconds": 1}
+    spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": grace_seconds}
     if product:
         spec["nodeSelector"] = {f"{domain}/gpu.product": product}
     return {

@@ -308,10 +308,24 @@ def test_scenario_4_patch_mode_without_hpa(
         "4 patch mode", f"{HIGH_RPM:g} req/min on {want} replicas", scaled_out, PREMIUM, replicas=want
     )
 
-    load.mark("stopped")
-    load.set_rate(0)
+    # Scale in while requests keep coming: the replicas removed drain (issue 22: no request lost).
+    load.mark("scale-in under load")
+    load.set_rate(LOW_RPM)
     wait_for(lambda: kube.replicas(ns, VA) == 1, timeout=120, what="the operator scaling in to 1")
     va = wait_va(kube, ns, VA, lambda v: desired(v) == 1, "the minimum in the status")
     status = valid_status(va)
     assert status.actuation is not None and status.actuation.mode == "patch"
+    wait_for(lambda: len(kube.serving(ns, VA)) == 1, timeout=90, what="the removed pods to be gone")
+    time.sleep(load.segment_seconds)  # traffic routed before they went has finished or failed by now
     load.stop()
+    drained = load.stats("scale-in under load")
+    e2e_results.add(
+        "4 patch mode",
+        f"scale-in under {LOW_RPM:g} req/min",
+        drained,
+        PREMIUM,
+        replicas=f"{want} → 1",
+        failed=drained.failed,
+    )
+    assert drained.completed > 0
+    assert drained.failed == 0, f"requests lost while replicas were removed: {dict(drained.errors)}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -99,6 +101,62 @@ def test_deployment_pods_are_scheduled_on_gpu_nodes_and_served_then_cleaned_up(
         timeout=30,
         what="the endpoints to be withdrawn",
     )
+
+
+def test_a_deleted_pod_finishes_its_requests_before_it_goes(
+    full_cluster: LocalCluster, full_namespace: str, emulator_pod: Callable[..., Emulator]
+) -> None:
+    """Deleting a pod terminates it as a kubelet does: SIGTERM, the emulator drains (serves its requests
+    in flight and new ones for its shutdown delay), and only then is the pod object removed."""
+    args = ["--model", "m", "--port", "8000", "--time-scale", "1", "--output-tokens", "fixed:100"]
+    emulator = emulator_pod(
+        "drain",
+        full_namespace,
+        model="m",
+        args=[*args, "--shutdown-delay", "2"],
+        grace_seconds=30,
+        readiness_path="/health",
+    )
+    (endpoint,) = emulator.wait_for_endpoints(1)
+    answers: list[int] = []
+
+    def slow_request() -> None:  # about 2 s of decoding at time scale 1
+        body = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 100}).encode()
+        request = urllib.request.Request(
+            endpoint.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answers.append(response.status)
+
+    client = threading.Thread(target=slow_request)
+    client.start()
+    wait_for(
+        lambda: "vllm:num_requests_running" in _metrics(endpoint.url) and _running(endpoint.url) >= 1,
+        timeout=30,
+        what="the request to be running",
+    )
+    emulator.delete()
+    wait_for(
+        lambda: all(p.metadata.deletion_timestamp for p in _pods(full_cluster, full_namespace, "drain")),
+        timeout=30,
+        what="the pod to be terminating",
+    )
+    assert _pods(full_cluster, full_namespace, "drain")  # still there while it drains
+    client.join(60)
+    assert answers == [200]  # the request in flight was served, not cut off
+    wait_for(lambda: not _pods(full_cluster, full_namespace, "drain"), timeout=60, what="the pod to go")
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def _running(url: str) -> float:
+    for line in _metrics(url).splitlines():
+        if line.startswith("vllm:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_gpu_requests_beyond_any_node_stay_pending(
