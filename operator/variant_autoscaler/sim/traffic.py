@@ -473,10 +473,18 @@ def longer_than(arrivals: Arrivals, limit: int) -> int:
     return int(np.count_nonzero(arrivals.input_tokens + arrivals.output_tokens > limit))
 
 
+MAX_DURATION_S = 31 * 86400.0
+"""The longest span a scenario may simulate (a month): longer runs are a typo, not a study."""
+MAX_REQUESTS = 50_000_000
+"""The most requests one model may bring to a run (about 3 GB of arrays): more is refused, not swapped."""
+
+
 def generate_arrivals(traffic: GeneratedTraffic, rng: np.random.Generator, duration: float) -> Arrivals:
     """Draw the requests of ``traffic`` over ``[0, duration)``."""
     if not duration > 0:
         return Arrivals.empty()
+    if duration > MAX_DURATION_S:
+        raise ConfigError(f"a run of {duration:g} s is longer than the simulator's limit of 31 days")
     # Λ on a 1-second grid (exact values: every profile integrates in closed form); within a grid
     # cell arrivals are placed by linear interpolation of Λ.
     step = min(1.0, duration / 16.0)
@@ -486,6 +494,11 @@ def generate_arrivals(traffic: GeneratedTraffic, rng: np.random.Generator, durat
     total = float(lam[-1])
     if total <= 0:
         return Arrivals.empty()
+    if total > MAX_REQUESTS:
+        raise ConfigError(
+            f"the traffic would bring about {total:.3g} requests in {duration:g} s; the simulator's limit "
+            f"is {MAX_REQUESTS:,} per model (lower the rate or the duration)"
+        )
     cv = traffic.burstiness
     if cv == 1.0:
         n = int(rng.poisson(total))
@@ -634,8 +647,11 @@ def read_trace(
             times, ins, outs, dated = _collect(p, rows)
         except UnicodeDecodeError as exc:
             raise ConfigError(f"trace {p} is not UTF-8 text: {exc.reason}") from None
+        except csv.Error as exc:
+            raise ConfigError(f"trace {p} is not a readable CSV file: {exc}") from None
     if not times:
-        return Arrivals.empty()
+        # A header and no rows: a run on it would report 100 % attainment of nothing.
+        raise ConfigError(f"trace {p} has no requests")
     t = np.asarray(times, dtype=np.float64) * (1.0 if dated else unit)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
@@ -712,6 +728,8 @@ def _collect(p: Path, rows: Iterator[_Row]) -> tuple[list[float], list[int], lis
         times.append(ts)
         ins.append(n_in)
         outs.append(max(1, n_out))
+        if len(times) > MAX_REQUESTS:
+            raise ConfigError(f"trace {p} has more than {MAX_REQUESTS:,} requests, the simulator's limit")
     return times, ins, outs, dated
 
 
