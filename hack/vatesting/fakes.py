@@ -21,7 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
-from variant_autoscaler.adapters.prometheus import Collector, PrometheusClient, build_queries
+from variant_autoscaler.adapters.prometheus import (
+    GATEWAY_QUEUE_QUERY,
+    Collector,
+    PrometheusClient,
+    build_queries,
+    build_saturation_queries,
+)
 from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.controller.lease import AlwaysLeader
@@ -40,7 +46,9 @@ _PLURALS = {
     "statefulsets": ("apps", "v1"),
     "horizontalpodautoscalers": ("autoscaling", "v2"),
     "variantautoscalings": ("llmd.ai", "v1alpha1"),
+    "scaledobjects": ("keda.sh", "v1alpha1"),
 }
+_IDLE = re.compile(r"increase\(vllm:request_success_total\[(\w+)\]\)")
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|scale))?$"
@@ -76,6 +84,8 @@ class FakeKube:
         self.rv = 100
         self.requests: list[tuple[str, str]] = []
         self.status_conflicts_to_inject = 0
+        # Plurals whose API is not served (a CRD not installed, e.g. KEDA's "scaledobjects"): 404.
+        self.absent: set[str] = set()
         # Run on the stored target just before a /scale patch is handled: another writer got there first.
         self.before_scale_patch: list[Callable[[dict[str, Any]], None]] = []
         self.before_json_patch: list[Callable[[dict[str, Any]], None]] = []
@@ -93,6 +103,7 @@ class FakeKube:
             "HorizontalPodAutoscaler": "horizontalpodautoscalers",
             "Pod": "pods",
             "VariantAutoscaling": "variantautoscalings",
+            "ScaledObject": "scaledobjects",
         }[kind]
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
@@ -135,6 +146,8 @@ class FakeKube:
         if match is None:
             return _status(404, f"no route {path}")
         plural, ns, name, sub = match["plural"], match["ns"], match["name"], match["sub"]
+        if plural in self.absent:
+            return _status(404, f"the server could not find the requested resource ({plural})")
         if plural in self.forbid:
             return _status(403, f"{plural} is forbidden")
         if request.url.params.get("watch") == "true":
@@ -254,13 +267,58 @@ def _status(code: int, message: str) -> httpx.Response:
 
 
 class FakePrometheus:
-    """Answers the collector's fixed queries from per-(model, namespace) values set by the test."""
+    """Answers the collector's fixed queries from per-(model, namespace) values set by the test, the
+    per-pod saturation queries from :meth:`set_pod`, the idle queries from :meth:`set_requests` and the
+    gateway's queue from ``gateway``."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], dict[str, float]] = {}
+        self.pods: dict[tuple[str, str, str], dict[str, float]] = {}
+        self.requests_within: dict[tuple[str, str], float] = {}
+        self.gateway: dict[str, float] = {}
         self.down = False
         self.queries = 0
+        self.gateway_queries = 0
         self.now = 0.0
+
+    def set_pod(
+        self,
+        model: str,
+        namespace: str,
+        pod: str,
+        *,
+        kv: float,
+        waiting: float = 0.0,
+        blocks: int | None = None,
+        block_size: int = 16,
+    ) -> None:
+        """One serving pod's KV-cache usage and queue (the window's max), and its cache size."""
+        row = {"kv": kv, "waiting": waiting}
+        if blocks is not None:
+            row |= {"blocks": float(blocks), "block_size": float(block_size)}
+        self.pods[(model, namespace, pod)] = row
+
+    def set_requests(self, model: str, namespace: str, count: float) -> None:
+        """Requests that succeeded within any retention period (the idle query)."""
+        self.requests_within[(model, namespace)] = count
+
+    def _pod_result(self, name: str) -> list[dict[str, Any]]:
+        result = []
+        for (model, ns, pod), row in self.pods.items():
+            if name == "pod_kv_capacity":
+                if "blocks" in row:
+                    labels = {
+                        "namespace": ns,
+                        "pod": pod,
+                        "num_gpu_blocks": str(int(row["blocks"])),
+                        "block_size": str(int(row["block_size"])),
+                    }
+                    result.append({"metric": labels, "value": [self.now, "1"]})
+                continue
+            value = row["kv"] if name == "pod_kv_usage" else row["waiting"]
+            labels = {"model_name": model, "namespace": ns, "pod": pod}
+            result.append({"metric": labels, "value": [self.now, repr(value)]})
+        return result
 
     def set(self, model: str, namespace: str, **values: float) -> None:
         row = {
@@ -282,14 +340,28 @@ class FakePrometheus:
             raise httpx.ConnectError("connection refused", request=request)
         query = request.url.params["query"]
         by_query = {q: name for name, q in build_queries(60.0).items()}
+        saturation = {q: name for name, q in build_saturation_queries(60.0).items()}
         name = by_query.get(query)
-        if name is None:
+        result: list[dict[str, Any]] = []
+        if query in saturation:
+            result = self._pod_result(saturation[query])
+        elif query == GATEWAY_QUEUE_QUERY:
+            self.gateway_queries += 1
+            result = [
+                {"metric": {"target_model_name": m}, "value": [self.now, repr(v)]}
+                for m, v in self.gateway.items()
+            ]
+        elif _IDLE.search(query):
+            for (model, ns), count in self.requests_within.items():
+                labels = {"model_name": model, "namespace": ns}
+                result.append({"metric": labels, "value": [self.now, repr(count)]})
+        elif name is None:
             return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": query})
-        result = []
-        for (model, ns), row in self.series.items():
-            value = row.get(name, math.nan)
-            labels = {"model_name": model, "namespace": ns} if ns else {"model_name": model}
-            result.append({"metric": labels, "value": [self.now, repr(value)]})
+        else:
+            for (model, ns), row in self.series.items():
+                value = row.get(name, math.nan)
+                labels = {"model_name": model, "namespace": ns} if ns else {"model_name": model}
+                result.append({"metric": labels, "value": [self.now, repr(value)]})
         return httpx.Response(
             200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
         )

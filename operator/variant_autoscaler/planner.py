@@ -9,6 +9,10 @@ resolves every variant's service class, turns it into the optimizer's
 is the caller's business: the engine builds it from the cluster each cycle, the simulator from a
 scenario, the ``plan`` command from a file; what is decided from it is the same code for all three.
 
+A variant without a performance profile is not sized by the queueing model: the saturation analyzers
+size it, over every variant of its model; with ``saturation_floor`` they are also the safety floor under
+the model's decisions, and an idle variant may go to zero (:mod:`variant_autoscaler.core.sizing`).
+
 Pure apart from one clock read (the solver's time limit): no I/O.
 """
 
@@ -22,11 +26,13 @@ from typing import Protocol
 
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.configmaps import ServiceClasses
-from variant_autoscaler.api.v1alpha1 import ModelProfile, VariantAutoscaling
+from variant_autoscaler.api.v1alpha1 import DEFAULT_VARIANT_COST, ModelProfile, VariantAutoscaling
 from variant_autoscaler.core.analyzer import Load
 from variant_autoscaler.core.decision import VariantPlan
 from variant_autoscaler.core.model import (
+    DEFAULT_PRIORITY,
     AcceleratorType,
+    ModelTarget,
     OptimizerConfig,
     Outcome,
     Plan,
@@ -39,15 +45,25 @@ from variant_autoscaler.core.model import (
 )
 from variant_autoscaler.core.optimizer import optimize
 from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.core.saturation import MODEL, Decision
+from variant_autoscaler.core.sizing import (
+    AnalyzerLike,
+    IdleInput,
+    SaturationInput,
+    SizingMember,
+    size_group,
+)
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
+    "IdleInput",
     "ObservedLoad",
     "OptimizerPlanner",
     "PlanOutcome",
     "PlanRequest",
     "PlannedVariant",
     "Planner",
+    "SaturationInput",
     "SloClassRef",
     "VariantKey",
     "VariantPlan",
@@ -94,6 +110,13 @@ class PlannedVariant:
       the optimizer try the profile's ``maxBatchSize`` (and smaller ones with ``batch_sizes > 1``).
     * ``share_group``: variants of one model that share its load (``shareModelLoad``) have the same
       group; see :attr:`PlanRequest.group_load_is_total`.
+    * ``profiles`` empty: sized by the saturation analyzers (``analyzers``, over the variants of its
+      model in its namespace), not by the queueing model.
+    * ``variant_cost``: the cost of one replica when the variant states it (``variantCost``, an
+      annotation); otherwise the accelerator's unit cost × its count (WVA's default 10.0 when unknown).
+    * ``saturation``: what the analyzers see of it (None: nothing read); ``idle``: scale to zero.
+    * ``default_slo``: its SLOs when no service class has an entry for its model (WVA's
+      queueing-model ConfigMap).
     """
 
     key: VariantKey
@@ -108,10 +131,31 @@ class PlannedVariant:
     keep_accelerator: bool = True
     max_batch: int | None = None
     share_group: str | None = None
+    variant_cost: float | None = None
+    saturation: SaturationInput | None = None
+    analyzers: tuple[AnalyzerLike, ...] = ()
+    idle: IdleInput | None = None
+    default_slo: ModelTarget | None = None
 
     @property
     def held(self) -> bool:
         return self.load is None
+
+    @property
+    def sized_by_model(self) -> bool:
+        """Whether the queueing model sizes it (it has a profile); otherwise saturation does."""
+        return bool(self.profiles)
+
+    def replica_cost(self, accelerators: Mapping[str, AcceleratorType]) -> float:
+        """The cost of one replica: stated, else the current accelerator's unit cost × its count, else
+        WVA's default 10.0."""
+        if self.variant_cost is not None:
+            return self.variant_cost
+        acc = accelerators.get(self.accelerator or "")
+        if acc is not None:
+            count = next((p.acc_count for p in self.profiles if p.accelerator == self.accelerator), 1)
+            return acc.cost * count
+        return DEFAULT_VARIANT_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +176,8 @@ class PlanRequest:
     capacity: Mapping[str, int] | None
     classes_config_map: str = "service-classes-config"
     group_load_is_total: bool = True
+    # Saturation as the safety floor under the model's decisions (SATURATION_FLOOR).
+    saturation_floor: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,28 +229,33 @@ def planned_from_va(
     current_max_batch: int | None,
     load: ObservedLoad | None,
     config: MainConfig,
+    profiles: tuple[Profile, ...] | None = None,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
     The batch size is the one the server runs (``--max-num-seqs``, else the profile's ``maxBatchSize``)
-    unless the VA lets the operator apply another (``spec.actuation.applyMaxBatch``).
+    unless the VA lets the operator apply another (``spec.actuation.applyMaxBatch``). ``profiles``
+    replaces the spec's ``modelProfile`` when given (profiles learned online, say); without either, the
+    variant is sized by saturation. Left-out bounds mean what they meant in the VA's generation
+    (:meth:`~variant_autoscaler.api.v1alpha1.VariantAutoscalingSpec.effective_min_replicas`).
     """
     spec = va.spec
     applies_batch = bool(spec.actuation and spec.actuation.apply_max_batch)
-    ref = spec.slo_class_ref
+    ref = spec.slo_class if spec.has_slo_class_ref else None
     return PlannedVariant(
         key=(namespace, va.metadata.name),
         model_id=spec.model_id,
-        profiles=profiles_of(spec.model_profile),
+        profiles=profiles if profiles is not None else profiles_of(spec.model_profile),
         accelerator=accelerator,
         current_replicas=current_replicas,
         load=load,
-        min_replicas=spec.min_replicas if spec.min_replicas is not None else config.min_replicas_default,
-        max_replicas=spec.max_replicas,
-        slo_class_ref=SloClassRef(ref.name, ref.key),
+        min_replicas=spec.effective_min_replicas(config.scale_to_zero),
+        max_replicas=spec.effective_max_replicas(),
+        slo_class_ref=SloClassRef(ref.name, ref.key) if ref is not None else None,
         keep_accelerator=config.keep_accelerator,
         max_batch=None if applies_batch else current_max_batch,
         share_group=f"{namespace}/{spec.model_id}" if spec.share_model_load else None,
+        variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
     )
 
 
@@ -268,9 +319,16 @@ class OptimizerPlanner:
         how: dict[VariantKey, str] = {}
         failures: dict[VariantKey, str] = {}
         for v in request.variants:
+            if not v.sized_by_model:
+                continue  # sized by saturation, below
             resolved = resolve_service_class(
                 v.model_id, v.slo_class_ref, request.classes, request.classes_config_map
             )
+            if resolved is None and v.default_slo is not None:
+                resolved = (
+                    ServiceTarget("queueing-model", DEFAULT_PRIORITY, v.default_slo.slo),
+                    "SLOs of wva-queueing-model-config",
+                )
             if resolved is None:
                 failures[v.key] = f"no service class has an entry for model {v.model_id!r}"
                 continue
@@ -295,6 +353,7 @@ class OptimizerPlanner:
                     keep_accelerator=v.keep_accelerator,
                     max_batch_size=v.max_batch,
                     share_load=v.share_group is not None,
+                    replica_cost=v.variant_cost,
                 )
             except ConfigError as exc:
                 failures[v.key] = str(exc)
@@ -326,6 +385,9 @@ class OptimizerPlanner:
         status = plan.status
         if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
             status = f"{status}, some infeasible"
+        by_saturation = _with_saturation(request, decisions, failures)
+        if by_saturation and not inputs:
+            status = "saturation"
         return PlanOutcome(
             status=status,
             solve_seconds=time.perf_counter() - started,
@@ -334,3 +396,94 @@ class OptimizerPlanner:
             unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
             plan=plan,
         )
+
+
+def _with_saturation(
+    request: PlanRequest, decisions: dict[VariantKey, VariantPlan], failures: dict[VariantKey, str]
+) -> int:
+    """Size the profile-less variants by saturation and, with the floor on, put saturation under the
+    model's decisions, model by model (in place); returns how many variants saturation sized."""
+    groups: dict[tuple[str, str], list[PlannedVariant]] = {}
+    for v in request.variants:
+        groups.setdefault((v.key[0], v.model_id), []).append(v)
+    sized = 0
+    for members in groups.values():
+        if not request.saturation_floor and all(
+            v.sized_by_model and (v.idle is None or not v.idle.enabled) for v in members
+        ):
+            continue  # the model alone, as before: nothing to combine
+        by_name = {_name(v.key): v for v in members}
+        analyzers = next((v.analyzers for v in members if v.analyzers), ())
+        tokens = next((v.load.avg_input_tokens for v in members if v.load is not None), 0.0)
+        result = size_group(
+            [_member(v, decisions.get(v.key), request.accelerators) for v in members],
+            analyzers,
+            floor=request.saturation_floor,
+            avg_input_tokens=tokens,
+        )
+        for name, decision in result.items():
+            v = by_name[name]
+            sized += not v.sized_by_model
+            _apply(v, decision, decisions, failures, request.accelerators)
+    return sized
+
+
+def _name(key: VariantKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _member(
+    v: PlannedVariant, plan: VariantPlan | None, accelerators: Mapping[str, AcceleratorType]
+) -> SizingMember:
+    return SizingMember(
+        key=_name(v.key),
+        current=v.current_replicas,
+        cost=v.replica_cost(accelerators),
+        min_replicas=v.min_replicas,
+        max_replicas=v.max_replicas,
+        sized_by_model=v.sized_by_model,
+        model=(plan.replicas, plan.reason) if plan is not None else None,
+        saturation=v.saturation,
+        idle=v.idle,
+    )
+
+
+def _apply(
+    v: PlannedVariant,
+    decision: Decision,
+    decisions: dict[VariantKey, VariantPlan],
+    failures: dict[VariantKey, str],
+    accelerators: Mapping[str, AcceleratorType],
+) -> None:
+    """Record what decided ``v``: the model's plan kept, or replaced by saturation's or zero's count."""
+    plan = decisions.get(v.key)
+    if decision.decided_by == "none":
+        failures[v.key] = f"no decision: {decision.reason}"
+        return
+    if plan is not None and decision.decided_by == MODEL:
+        return  # the model's own plan, predictions and all
+    reason = f"{decision.decided_by}: {decision.reason}"
+    if plan is not None:
+        same = decision.replicas == plan.replicas
+        decisions[v.key] = VariantPlan(
+            accelerator=plan.accelerator,
+            replicas=decision.replicas,
+            max_batch=plan.max_batch,
+            cost=plan.cost if same else decision.replicas * v.replica_cost(accelerators),
+            ttft_ms=plan.ttft_ms if same else None,  # no prediction for saturation's count
+            itl_ms=plan.itl_ms if same else None,
+            reason=reason,
+            decided_by=decision.decided_by,
+        )
+        return
+    failures.pop(v.key, None)
+    decisions[v.key] = VariantPlan(
+        accelerator=v.accelerator or "",
+        replicas=decision.replicas,
+        max_batch=v.max_batch,
+        cost=decision.replicas * v.replica_cost(accelerators),
+        ttft_ms=None,
+        itl_ms=None,
+        reason=reason,
+        decided_by=decision.decided_by,
+    )

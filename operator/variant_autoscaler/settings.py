@@ -115,6 +115,10 @@ class Settings(BaseSettings):
         default=5, ge=0, validation_alias=AliasChoices("WVA_CONFLICT_RETRIES", "WVA_STATUS_CONFLICT_RETRIES")
     )
 
+    # The scale-from-zero loop's period: one query of the inference gateway's queues per tick, and only
+    # while some variant is at zero replicas (engine/zero.py).
+    scale_from_zero_interval_seconds: float = Field(default=0.5, gt=0)
+
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
     prometheus_retries: int = Field(default=2, ge=0)
 

@@ -444,6 +444,9 @@ class KubeClient:
         except NotFoundError:
             return None
 
+    async def list_configmaps(self, namespace: str) -> list[JSON]:
+        return await self._list(f"/api/v1/namespaces/{namespace}/configmaps")
+
     # --- scale targets ------------------------------------------------------------------------------
 
     async def list_deployments(self, namespace: str | None) -> list[JSON]:
@@ -493,6 +496,15 @@ class KubeClient:
             f"/apis/autoscaling/v2/namespaces/{ns_part(namespace)}/horizontalpodautoscalers"
             if namespace
             else "/apis/autoscaling/v2/horizontalpodautoscalers"
+        )
+        return await self._list(path)
+
+    async def list_scaled_objects(self, namespace: str | None) -> list[JSON]:
+        """KEDA's ScaledObjects; :class:`NotFoundError` when KEDA's CRD is not installed."""
+        path = (
+            f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"
+            if namespace
+            else "/apis/keda.sh/v1alpha1/scaledobjects"
         )
         return await self._list(path)
 
@@ -571,6 +583,11 @@ class KubeClient:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH, decode=False)
+
+    async def json_patch_va(self, namespace: str, name: str, ops: Sequence[JSON]) -> JSON:
+        return await self.request(
+            "PATCH", self.va_path(namespace, name), body=list(ops), content_type=JSON_PATCH
+        )
 
     async def patch_va_metadata(self, namespace: str, name: str, metadata: Mapping[str, Any]) -> JSON:
         return await self.request(

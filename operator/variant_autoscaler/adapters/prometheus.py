@@ -22,8 +22,8 @@ import logging
 import math
 import os
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -71,7 +71,38 @@ def build_queries(window_seconds: float) -> dict[str, str]:
     }
 
 
-QUERIES_PER_CYCLE = len(build_queries(60.0))
+# --- saturation, scale to zero and scale from zero (WVA's later analyzers) -------------------------------
+
+LABEL_POD = "pod"
+_BY_POD = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE}, {LABEL_POD})"
+#: vllm:cache_config_info has no model_name (as vLLM's): joined to the pod's other series by pod.
+_CAPACITY_LABELS = ("num_gpu_blocks", "block_size")
+
+
+def build_saturation_queries(window_seconds: float) -> dict[str, str]:
+    """Per-pod inputs of the saturation analyzers, each one query for every pod of every model: the
+    window's max of KV-cache usage and of the waiting queue (V1 and V2), and the KV-cache size (V2)."""
+    w = _window(window_seconds)
+    return {
+        "pod_kv_usage": f"max {_BY_POD} (max_over_time(vllm:kv_cache_usage_perc[{w}]))",
+        "pod_waiting": f"max {_BY_POD} (max_over_time(vllm:num_requests_waiting[{w}]))",
+        "pod_kv_capacity": f"max by ({LABEL_NAMESPACE}, {LABEL_POD}, {', '.join(_CAPACITY_LABELS)}) "
+        "(vllm:cache_config_info)",
+    }
+
+
+def idle_query(retention_seconds: float) -> str:
+    """Requests that succeeded within the retention period, per model (0: idle, may go to zero)."""
+    return f"sum {_BY} (increase(vllm:request_success_total[{_window(retention_seconds)}]))"
+
+
+#: The inference gateway's queue per model: read by the scale-from-zero loop, one query for all models.
+GATEWAY_QUEUE_LABEL = "target_model_name"
+GATEWAY_QUEUE_QUERY = f"sum by ({GATEWAY_QUEUE_LABEL}) (inference_extension_flow_control_queue_size)"
+
+#: Queries of one cycle, whatever the number of variants (plus one per distinct scale-to-zero retention
+#: period when scale to zero is enabled for some model).
+QUERIES_PER_CYCLE = len(build_queries(60.0)) + len(build_saturation_queries(60.0))
 
 
 # --- the HTTP client ------------------------------------------------------------------------------------
@@ -346,6 +377,18 @@ _SERIES = {
     "waiting": "vllm:num_requests_waiting",
 }
 
+
+@dataclass(frozen=True, slots=True)
+class PodMetrics:
+    """One serving pod, for the saturation analyzers: the window's max of KV-cache usage (0 to 1) and of
+    requests waiting, and its KV-cache size in tokens (None when it does not export it)."""
+
+    pod: str
+    kv_usage: float
+    waiting: float
+    kv_tokens: float | None = None
+
+
 MetricsState = Literal["ok", "missing", "stale"]
 
 
@@ -364,6 +407,26 @@ class MetricsSnapshot:
     staleness_seconds: float
     by_key: Mapping[ModelKey, ModelMetrics]
     queries: int
+    #: Per model: its serving pods' saturation inputs.
+    pods_by_key: Mapping[ModelKey, tuple[PodMetrics, ...]] = field(default_factory=dict)
+    #: Per retention period (seconds): requests that succeeded within it, per model.
+    requests_within: Mapping[float, Mapping[ModelKey, float]] = field(default_factory=dict)
+
+    def pods(self, model: str, namespace: str) -> tuple[PodMetrics, ...]:
+        """The pods serving ``model`` in ``namespace`` (as :meth:`lookup`, falling back to no namespace)."""
+        found = self.pods_by_key.get((model, namespace))
+        return found if found is not None else self.pods_by_key.get((model, ""), ())
+
+    def requests(self, model: str, namespace: str, retention_seconds: float) -> float | None:
+        """Requests of ``model`` that succeeded within the retention period; None when unknown (no series,
+        or the period was not queried): never read as idle."""
+        values = self.requests_within.get(retention_seconds)
+        if values is None:
+            return None
+        found = values.get((model, namespace))
+        if found is None:
+            found = values.get((model, ""))
+        return found if found is not None and math.isfinite(found) else None
 
     def lookup(self, model: str, namespace: str) -> Lookup:
         """The metrics of ``model`` in ``namespace``; like WVA, fall back to series with no namespace."""
@@ -416,8 +479,11 @@ class Collector:
         window_seconds: float = 60.0,
         staleness_seconds: float = 120.0,
         drain_seconds: float = 300.0,
+        retention_periods: Sequence[float] = (),
     ) -> MetricsSnapshot:
-        queries = build_queries(window_seconds)
+        queries = {**build_queries(window_seconds), **build_saturation_queries(window_seconds)}
+        retentions = sorted(set(retention_periods))
+        queries.update({f"idle_{r:g}": idle_query(r) for r in retentions})
         names = list(queries)
         # One deadline for the whole set (the queries run at once), whatever each one's retries do.
         deadline = asyncio.get_running_loop().time() + self.client.cycle_timeout
@@ -432,11 +498,13 @@ class Collector:
                 f"the cycle's Prometheus queries did not complete within {self.client.cycle_timeout:g}s"
             ) from None
         values: dict[str, dict[ModelKey, float]] = {}
+        raw: dict[str, list[Sample]] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, CollectionError):
                 raise result
             if isinstance(result, BaseException):
                 raise CollectionError(f"Prometheus query {name!r} failed: {result}") from result
+            raw[name] = result
             values[name] = _by_key(result)
         by_key: dict[ModelKey, ModelMetrics] = {}
         for key, newest in values["newest"].items():
@@ -461,5 +529,57 @@ class Collector:
                 absent=tuple(name for name in _SERIES if key not in values[name]),
             )
         return MetricsSnapshot(
-            taken_at=now, staleness_seconds=staleness_seconds, by_key=by_key, queries=len(names)
+            taken_at=now,
+            staleness_seconds=staleness_seconds,
+            by_key=by_key,
+            queries=len(names),
+            pods_by_key=_pods(raw["pod_kv_usage"], raw["pod_waiting"], raw["pod_kv_capacity"]),
+            requests_within={r: values[f"idle_{r:g}"] for r in retentions},
         )
+
+    async def gateway_queues(self) -> dict[str, float]:
+        """The inference gateway's queued requests per model (``target_model_name``): one query."""
+        out: dict[str, float] = {}
+        for s in await self.client.query(GATEWAY_QUEUE_QUERY):
+            model = s.labels.get(GATEWAY_QUEUE_LABEL)
+            if model is not None and math.isfinite(s.value):
+                out[model] = s.value
+        return out
+
+
+def _pod_key(s: Sample) -> tuple[str, str] | None:
+    pod = s.labels.get(LABEL_POD)
+    return None if pod is None else (s.labels.get(LABEL_NAMESPACE, ""), pod)
+
+
+def _pods(
+    usage: list[Sample], waiting: list[Sample], capacity: list[Sample]
+) -> dict[ModelKey, tuple[PodMetrics, ...]]:
+    """Per model, its pods' KV-cache usage and waiting queue, with each pod's KV-cache size in tokens
+    (``num_gpu_blocks`` × ``block_size`` of its ``vllm:cache_config_info``). A pod that reports its usage
+    but not its queue (or the reverse) is left out: half a measurement is none."""
+    tokens: dict[tuple[str, str], float] = {}
+    for s in capacity:
+        key = _pod_key(s)
+        try:
+            blocks, size = (float(s.labels.get(label, "")) for label in _CAPACITY_LABELS)
+        except ValueError:
+            continue
+        if key is not None and math.isfinite(blocks * size) and blocks * size > 0:
+            tokens[key] = blocks * size
+    queues: dict[tuple[str, str, str], float] = {}
+    for s in waiting:
+        pod, model = s.labels.get(LABEL_POD), s.labels.get(LABEL_MODEL)
+        if pod is not None and model is not None and math.isfinite(s.value):
+            queues[(model, s.labels.get(LABEL_NAMESPACE, ""), pod)] = max(s.value, 0.0)
+    out: dict[ModelKey, list[PodMetrics]] = {}
+    for s in usage:
+        pod, model = s.labels.get(LABEL_POD), s.labels.get(LABEL_MODEL)
+        namespace = s.labels.get(LABEL_NAMESPACE, "")
+        queue = queues.get((model or "", namespace, pod or ""))
+        if pod is None or model is None or queue is None or not math.isfinite(s.value):
+            continue
+        out.setdefault((model, namespace), []).append(
+            PodMetrics(pod, min(max(s.value, 0.0), 1.0), queue, tokens.get((namespace, pod)))
+        )
+    return {key: tuple(sorted(pods, key=lambda p: p.pod)) for key, pods in out.items()}

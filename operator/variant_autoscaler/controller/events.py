@@ -1,4 +1,5 @@
-"""Kubernetes Events about VariantAutoscalings (decision changes, refusals, invalid specs).
+"""Kubernetes Events about VariantAutoscalings and annotated HPAs/ScaledObjects (decision changes,
+refusals, invalid specs).
 
 Not kopf's ``kopf.event``: an Event here has a name derived from the fact it reports, so an operator
 restarted before it could record that it had posted one does not post it twice, and it is posted
@@ -44,10 +45,18 @@ class EventRecorder:
         name_suffix: str,
     ) -> None:
         """Post an Event about ``va`` named ``<va name>.<name_suffix>``: the same fact posted again (by an
-        operator restarted before it could record that it had posted) is a 409, and posted once."""
+        operator restarted before it could record that it had posted) is a 409, and posted once.
+
+        ``va`` may be another object (an annotated HPA or ScaledObject): its own apiVersion and kind
+        name it."""
         meta = va.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        involved = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "namespace": namespace}
+        involved = {
+            "apiVersion": str(va.get("apiVersion") or f"{GROUP}/{VERSION}"),
+            "kind": str(va.get("kind") or KIND),
+            "name": name,
+            "namespace": namespace,
+        }
         if meta.get("uid"):
             involved["uid"] = meta["uid"]
         stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -229,6 +229,21 @@ class _Slot(NamedTuple):
     request: int
 
 
+def _priced(
+    listed: AcceleratorType | None, name: str, profile: Profile, replica_cost: float | None
+) -> AcceleratorType | None:
+    """The accelerator as the variant pays for it: a stated cost of one replica (variantCost) replaces
+    the unit cost x count, and then the accelerator need not be listed (its device is its name)."""
+    if replica_cost is None:
+        return listed
+    return AcceleratorType(
+        name,
+        listed.device if listed is not None else name,
+        replica_cost / profile.acc_count,
+        listed.multiplicity if listed is not None else 1,
+    )
+
+
 def build_candidate_sets(
     jobs: Sequence[tuple[VariantInput, Load | None]],
     accelerators: Mapping[str, AcceleratorType],
@@ -269,7 +284,7 @@ def build_candidate_sets(
         slo = variant.service.slo
         for name in names:
             profile = profiles[name]
-            accelerator = accelerators.get(name)
+            accelerator = _priced(accelerators.get(name), name, profile, variant.replica_cost)
             if accelerator is None:
                 entries.append(Rejection(name, None, "not listed in accelerator-unit-costs"))
                 continue

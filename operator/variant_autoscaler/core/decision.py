@@ -61,6 +61,9 @@ class VariantPlan:
     ttft_ms: float | None
     itl_ms: float | None
     reason: str
+    # What decided: "optimizer" (the queueing model), a saturation analyzer ("saturation-v1", ...), their
+    # combination, or "scale-to-zero"; the reason label of wva_replica_scaling_total.
+    decided_by: str = "optimizer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,9 @@ class DecisionInputs:
     accelerator: str | None = None
     target: TargetView | None = None
     target_error: str | None = None
+    # Whether the target exists: False sets TargetResolved=False (the VA stays, and resumes when the
+    # target is back); None leaves the condition as it was (the target could not be read).
+    target_found: bool | None = None
     # The HorizontalPodAutoscaler that manages the target (patch mode refuses to fight it), or None.
     hpa_owner: str | None = None
     metrics: MetricsView | None = None  # None: not collected for this variant
@@ -152,6 +158,8 @@ class Gauges:
     predicted_itl_ms: float | None = None
     observed_ttft_ms: float | None = None
     observed_itl_ms: float | None = None
+    # What decided (VariantPlan.decided_by), for wva_replica_scaling_total's reason label.
+    scaling_reason: str = "optimizer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +282,30 @@ def _optimization(inp: DecisionInputs, metrics_ok: bool, metrics_reason: str) ->
     if inp.plan is None:
         reason = inp.plan_failure or f"no decision from the optimizer (plan {inp.plan_status})"
         return reason, st.Condition(st.OPTIMIZATION_READY, "False", st.REASON_OPTIMIZATION_FAILED, reason)
+    on = f" on {inp.plan.accelerator}" if inp.plan.accelerator else ""
+    by = f" (decided by {inp.plan.decided_by})" if inp.plan.decided_by != "optimizer" else ""
     return inp.plan.reason, st.Condition(
         st.OPTIMIZATION_READY,
         "True",
         st.REASON_OPTIMIZATION_SUCCEEDED,
-        f"Optimization completed: {inp.plan.replicas} replicas on {inp.plan.accelerator}",
+        f"Optimization completed: {inp.plan.replicas} replicas{on}{by}",
     )
+
+
+def _target_resolved(inp: DecisionInputs) -> st.Condition | None:
+    """WVA's TargetResolved: the target exists, or not; None when it could not be read (unchanged)."""
+    if inp.target is not None:
+        return st.Condition(
+            st.TARGET_RESOLVED, "True", st.REASON_TARGET_FOUND, f"{inp.target.kind}/{inp.target.name} found"
+        )
+    if inp.target_found is False:
+        return st.Condition(
+            st.TARGET_RESOLVED,
+            "False",
+            st.REASON_TARGET_NOT_FOUND,
+            f"{inp.target_error or 'the scale target does not exist'}; scaling resumes when it is back",
+        )
+    return None
 
 
 def decide(inp: DecisionInputs) -> VariantDecision:
@@ -294,7 +320,12 @@ def decide(inp: DecisionInputs) -> VariantDecision:
 
     metrics_ok, metrics_reason, metrics_cond, scale_down_hold, last_metrics_time = _metrics(inp, previous)
     plan_reason, ready_cond = _optimization(inp, metrics_ok, metrics_reason)
-    conditions = (*(() if metrics_cond is None else (metrics_cond,)), ready_cond)
+    resolved = _target_resolved(inp)
+    conditions = (
+        *(() if resolved is None else (resolved,)),
+        *(() if metrics_cond is None else (metrics_cond,)),
+        ready_cond,
+    )
 
     # A change of the target's replicas since the last status (ours before a restart, or anyone's)
     # counts as a scale for the pending-replicas rule.
@@ -332,9 +363,9 @@ def decide(inp: DecisionInputs) -> VariantDecision:
     )
     observed = inp.metrics
     current = None
-    if target is not None and inp.accelerator is not None:
+    if target is not None:
         current = st.CurrentView(
-            accelerator=inp.accelerator,
+            accelerator=inp.accelerator or "",  # a profile-less variant may not name it: left out
             replicas=target.spec_replicas,
             max_batch=target.max_num_seqs or inp.profile_max_batch or DEFAULT_MAX_BATCH,
             cost=target.spec_replicas * inp.unit_cost,
@@ -346,7 +377,9 @@ def decide(inp: DecisionInputs) -> VariantDecision:
         )
     predicted = plan is not None and not policy.held
     desired = st.DesiredView(
-        accelerator=accelerator if len(accelerator) >= 2 else (inp.accelerator or "unknown"),
+        # A profile-less variant without the accelerator label: left out of the status (WVA's final CRD
+        # deprecated the field).
+        accelerator=accelerator if len(accelerator) >= 2 else (inp.accelerator or ""),
         replicas=policy.replicas,
         last_run_time=inp.now,
         max_batch=max_batch if isinstance(max_batch, int) else None,
@@ -515,6 +548,7 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
         predicted_itl_ms=desired.itl_ms,
         observed_ttft_ms=observed.ttft_ms if observed is not None else None,
         observed_itl_ms=observed.itl_ms if observed is not None else None,
+        scaling_reason=inp.plan.decided_by if inp.plan is not None and not decision.policy.held else "hold",
     )
     write = not (
         inp.status_refresh_seconds > 0

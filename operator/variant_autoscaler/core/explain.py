@@ -66,6 +66,9 @@ def with_rejections(reason: str, cset: CandidateSet | None) -> str:
 
 
 def _unit_cost(variant: VariantInput, accelerators: Mapping[str, AcceleratorType], name: str) -> float:
+    """The cost of one replica on ``name`` (a stated variantCost wins)."""
+    if variant.replica_cost is not None:
+        return variant.replica_cost
     accelerator = accelerators.get(name)
     if accelerator is None:
         return 0.0

@@ -247,6 +247,9 @@ class VariantInput:
     keep_accelerator: bool = False
     max_batch_size: int | None = None
     share_load: bool = False
+    # The cost of one replica when the variant states it (WVA's variantCost), instead of the accelerator's
+    # unit cost x its count; with it an accelerator missing from accelerator-unit-costs can still be sized.
+    replica_cost: float | None = None
 
     def __post_init__(self) -> None:
         where = f"variant {self.namespace}/{self.name}"
@@ -265,6 +268,10 @@ class VariantInput:
             )
         if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ConfigError(f"{where}: maxBatchSize must be >= 1, got {self.max_batch_size}")
+        if self.replica_cost is not None and not (
+            math.isfinite(self.replica_cost) and self.replica_cost >= 0
+        ):
+            raise ConfigError(f"{where}: variantCost must be a finite number >= 0, got {self.replica_cost!r}")
         seen: set[str] = set()
         for profile in self.profiles:
             if profile.accelerator in seen:

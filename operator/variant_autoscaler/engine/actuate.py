@@ -170,22 +170,35 @@ class Actuator:
                 version = (scale.get("metadata") or {}).get("resourceVersion")
         return None  # pragma: no cover - the loop returns or raises
 
-    async def ensure_owner(self, ctx: VariantContext, target: ScaleTarget) -> None:
-        refs = (ctx.body.get("metadata") or {}).get("ownerReferences") or []
-        if any(r.get("controller") for r in refs):
+    async def release_owner(self, ctx: VariantContext) -> None:
+        """Remove the ownerReference an earlier version of this operator set on the VA (WVA 2025-10's
+        ownership), which would have the garbage collector delete the VA with its target: a VA does not
+        own its target (WVA's final CRD). Only a reference exactly as we wrote it goes — controller true,
+        blockOwnerDeletion false, pointing at the VA's target; the patch tests the list it replaces."""
+        refs = list((ctx.body.get("metadata") or {}).get("ownerReferences") or [])
+        target = ctx.target_ref
+        if not refs or target is None:
             return
-        owner = {
-            "apiVersion": target.api_version,
-            "kind": target.kind,
-            "name": target.name,
-            "uid": target.uid,
-            "controller": True,
-            "blockOwnerDeletion": False,
-        }
+
+        def ours(ref: Mapping[str, Any]) -> bool:
+            return (
+                ref.get("controller") is True
+                and ref.get("blockOwnerDeletion") is False
+                and (ref.get("apiVersion"), ref.get("kind"), ref.get("name")) == target
+            )
+
+        kept = [r for r in refs if not ours(r)]
+        if len(kept) == len(refs) or not self.leading():
+            return
+        ops = [
+            {"op": "test", "path": "/metadata/ownerReferences", "value": refs},
+            {"op": "replace", "path": "/metadata/ownerReferences", "value": kept},
+        ]
         try:
-            await self.kube.patch_va_metadata(ctx.key[0], ctx.key[1], {"ownerReferences": [*refs, owner]})
-        except KubeError as exc:
-            logger.warning("could not set the owner of %s/%s: %s", ctx.key[0], ctx.key[1], exc)
+            await self.kube.json_patch_va(ctx.key[0], ctx.key[1], ops)
+            logger.info("%s/%s: removed the ownerReference to its target", ctx.key[0], ctx.key[1])
+        except KubeError as exc:  # changed meanwhile (422), or gone: the next cycle looks again
+            logger.warning("could not remove the owner of %s/%s: %s", ctx.key[0], ctx.key[1], exc)
 
     async def write_status(self, ctx: VariantContext, rep: Report) -> bool:
         """Write the status with the resourceVersion we read; on 409 re-read, rebuild and retry."""

@@ -7,11 +7,16 @@ runtime keeps the VariantAutoscalings in an informer of its own
 :meth:`Engine.run_forever` as one background task.
 
 A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantAutoscaling is created,
-changed or deleted, one of the three ConfigMaps changes, or the GPU inventory changes. Only the leader
-runs cycles. Per cycle, whatever the number of variants: three ConfigMap reads, one list of scale
-targets per namespace (one in all for a cluster-wide operator), a fixed set of PromQL queries, one plan
-for all variants, and then for each variant at most one scale patch and one status write (with its
-resourceVersion, retried on 409 with a fresh read), plus Events when a decision changes.
+changed or deleted, one of the ConfigMaps changes, or the GPU inventory changes. Only the leader runs
+cycles. Per cycle, whatever the number of variants: one list of the operator namespace's ConfigMaps
+(:mod:`.configs`), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
+:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator), a
+fixed set of PromQL queries, one plan for all variants, and then for each variant at most one scale patch
+and one status write (with its resourceVersion, retried on 409 with a fresh read), plus Events when a
+decision changes. Beside the cycles, a fast loop scales variants from zero (:mod:`.zero`).
+
+With ``CONTROLLER_INSTANCE`` set, only the VAs (and annotated objects) labelled
+``wva.llmd.ai/controller-instance`` with its value are managed; unset, every one.
 
 Everything a cycle needs from the past lives in the VariantAutoscaling status (the last decision, the
 recommendations of the stabilisation window, the last scale time, the last time metrics were good), so
@@ -26,7 +31,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -41,18 +46,24 @@ from variant_autoscaler.adapters.kube import (
     target_from_scale,
 )
 from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
-from variant_autoscaler.api.config import MainConfig, PrometheusConfig, parse_main_config
-from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.config import MainConfig, PrometheusConfig
+from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.core.decision import decide, report, report_invalid
+from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.engine.actuate import Actuator
+from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
+from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.translate import (
+    ProfileSource,
     SpecCache,
     VariantContext,
     actuation_mode,
+    assign_pods,
     decision_inputs,
     plan_variant,
 )
+from variant_autoscaler.engine.zero import Sleeper, ZeroWaker
 from variant_autoscaler.errors import CollectionError, ConfigError, KubeError, VariantAutoscalerError
 from variant_autoscaler.planner import Planner, PlanOutcome, PlanRequest, VariantKey, optimizer_config
 from variant_autoscaler.settings import Settings
@@ -120,6 +131,7 @@ class Engine:
         nodes: Callable[[], Iterable[inv.NodeGPUs]],
         clock: Callable[[], datetime] = _utcnow,
         collector_factory: Callable[[PrometheusConfig], Collector] | None = None,
+        profiles: ProfileSource | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -147,6 +159,23 @@ class Engine:
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
         self.specs = SpecCache()
+        # Where learned profiles come from (None: the spec's; a VA without one is sized by saturation).
+        self.profiles = profiles
+        self.configs = ConfigReader(settings, kube)
+        self.annotated = AnnotatedSource(settings, kube)
+        exporter.decisions.configure(
+            controller_instance=settings.controller_instance,
+            inferno=settings.emit_inferno_metrics,
+            wva=settings.emit_wva_metrics,
+        )
+        self.zero = ZeroWaker(
+            kube=kube,
+            events=events,
+            collector=lambda: self._collector,
+            leading=self._leading,
+            trigger=self.trigger,
+            interval=settings.scale_from_zero_interval_seconds,
+        )
         self.actuator = Actuator(
             settings,
             kube=kube,
@@ -198,7 +227,7 @@ class Engine:
     def notify_configmap(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
         name = str(meta.get("name"))
-        if name not in self.settings.config_map_names:
+        if name not in self.settings.wva_config_map_names:
             return
         data = body.get("data") or {}
         digest = hashlib.sha256(repr(sorted(data.items())).encode()).hexdigest()
@@ -212,7 +241,17 @@ class Engine:
     # --- the loop -----------------------------------------------------------------------------------
 
     async def run_forever(self) -> None:
-        """Run cycles until cancelled: at once, then every interval or soon after a change."""
+        """Run cycles until cancelled: at once, then every interval or soon after a change (and the
+        scale-from-zero loop beside them)."""
+        waker = asyncio.create_task(self.zero.run(), name="variant-autoscaler scale from zero")
+        try:
+            await self._cycles()
+        finally:
+            waker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waker
+
+    async def _cycles(self) -> None:
         next_due = time.monotonic()
         while True:
             self._last_tick = time.monotonic()
@@ -297,18 +336,11 @@ class Engine:
             self._collector_cfg = cfg
         return self._collector
 
-    async def _read_configmaps(
-        self,
-    ) -> tuple[dict[str, str] | None, dict[str, str] | None, dict[str, str] | None]:
-        ns = self.settings.operator_namespace
-        names = self.settings.config_map_names
-        bodies = await asyncio.gather(*(self.kube.get_configmap(ns, name) for name in names))
-        out = []
-        for body in bodies:
-            if body is not None:
-                self.notify_configmap("MODIFIED", body)
-            out.append(dict(body.get("data") or {}) if body is not None else None)
-        return out[0], out[1], out[2]
+    def _managed(self, ctx: VariantContext) -> bool:
+        meta = ctx.body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return False
+        return labels_select_instance(meta.get("labels"), self.settings.controller_instance)
 
     async def run_cycle(self) -> CycleReport:
         self.specs.new_cycle()
@@ -316,28 +348,26 @@ class Engine:
         started = time.monotonic()
         queries_before = self._collector.client.queries_issued if self._collector else 0
 
-        # 1. Configuration.
-        main_data, costs, classes = await self._read_configmaps()
-        config_error: str | None = None
-        try:
-            self._config = parse_main_config(main_data, env=self.settings.config_env())
-        except ConfigError as exc:
-            config_error = f"ConfigMap {self.settings.config_map_name}: {exc}"
-        if costs is None and config_error is None:
-            config_error = self._missing(self.settings.accelerator_costs_config_map)
-        if classes is None and config_error is None:
-            config_error = self._missing(self.settings.service_classes_config_map)
-        cfg = self._config
+        # 1. Configuration, and the HPAs and ScaledObjects (annotated ones are variants).
+        cycle, listed = await asyncio.gather(self.configs.read(), self.annotated.read())
+        self._config = cfg = cycle.main
+        config_error = cycle.error
 
-        # 2. The variants, from the index.
-        contexts = [self.specs.context(body) for body in self._vas()]
-        contexts = [c for c in contexts if not (c.body.get("metadata") or {}).get("deletionTimestamp")]
+        # 2. The variants: the VAs from the index (those this controller instance manages), and the
+        # annotated objects.
+        contexts = [c for c in (self.specs.context(body) for body in self._vas()) if self._managed(c)]
+        annotated, refused = self.annotated.contexts(listed)
+        for obj, message in refused:
+            await self._refuse(obj, message, started_wall)
+        everything = [*contexts, *annotated]
 
-        # 3. Scale targets, the HPAs that might own them, and the metrics (one fixed query set for
-        # everything): independent reads, made at the same time.
-        _, hpas, (snapshot, metrics_error) = await asyncio.gather(
-            self._read_targets(contexts), self._read_hpas(contexts, cfg), self._collect(cfg, started_wall)
+        # 3. Scale targets and the metrics (one fixed query set for everything): independent reads,
+        # made at the same time.
+        _, (snapshot, metrics_error) = await asyncio.gather(
+            self._read_targets(everything),
+            self._collect(cfg, started_wall, self._retentions(everything, cycle)),
         )
+        hpas = self._hpas(listed, everything)
         queries = 0
         if self._collector is not None:
             queries = self._collector.client.queries_issued - queries_before
@@ -345,9 +375,9 @@ class Engine:
         self.exporter.promql_queries_last_cycle.set(queries)
 
         # 4. Plan.
-        for ctx in contexts:
-            plan_variant(ctx, snapshot, cfg)
-        outcome = await self._plan(contexts, costs, classes, cfg, config_error)
+        assign_pods(everything, snapshot)
+        self._plan_variants(everything, snapshot, cycle)
+        outcome = await self._plan(everything, cycle, config_error)
 
         # 5. Policy, actuation, status and Events, per variant.
         self._gauges = []
@@ -365,6 +395,12 @@ class Engine:
                 )
 
         outcomes = await asyncio.gather(*(one(c) for c in contexts))
+        for ctx in annotated:
+            await self._reconcile_annotated(
+                ctx, outcome=outcome, cfg=cfg, config_error=config_error, metrics_error=metrics_error,
+                now=started_wall,
+            )  # fmt: skip
+        self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
 
         # 6. Exported gauges, cycle metrics.
         self.exporter.decisions.replace(self._gauges)
@@ -373,13 +409,13 @@ class Engine:
         self.exporter.last_cycle_duration.set(duration)
         self.exporter.cycles.labels(result="ok").inc()
         self.exporter.last_cycle.set(time.time())
-        self.exporter.variants.set(len(contexts))
+        self.exporter.variants.set(len(everything))
         self.last_completed = time.monotonic()
         self.cycles_completed += 1
         report = CycleReport(
             started=started_wall,
             duration_seconds=duration,
-            variants=len(contexts),
+            variants=len(everything),
             promql_queries=queries,
             plan_status=outcome.status,
             outcomes=tuple(outcomes),
@@ -389,7 +425,7 @@ class Engine:
         self.last_report = report
         logger.info(
             "cycle done: %d variants in %.3fs, %d PromQL queries, plan %s%s%s",
-            len(contexts),
+            len(everything),
             duration,
             queries,
             outcome.status,
@@ -400,7 +436,9 @@ class Engine:
 
     # --- cycle steps --------------------------------------------------------------------------------
 
-    async def _collect(self, cfg: MainConfig, now: datetime) -> tuple[MetricsSnapshot | None, str | None]:
+    async def _collect(
+        self, cfg: MainConfig, now: datetime, retentions: Sequence[float] = ()
+    ) -> tuple[MetricsSnapshot | None, str | None]:
         """The cycle's metrics, or why there are none."""
         try:
             collector = await self._collector_for(cfg.prometheus)
@@ -409,20 +447,56 @@ class Engine:
                 window_seconds=cfg.metrics_window_seconds,
                 staleness_seconds=cfg.metrics_staleness_seconds,
                 drain_seconds=cfg.queue_drain_seconds,
+                retention_periods=retentions,
             )
         except (CollectionError, ConfigError) as exc:
             return None, str(exc)
         return snapshot, None
 
-    def _missing(self, name: str) -> str:
-        return f"ConfigMap {self.settings.operator_namespace}/{name} not found"
+    @staticmethod
+    def _retentions(contexts: Sequence[VariantContext], cycle: CycleConfig) -> list[float]:
+        """The scale-to-zero retention periods to query: one query each, for the models that may go to
+        zero (usually one period, or none)."""
+        periods = set()
+        for ctx in contexts:
+            if ctx.model_id is not None:
+                zero = cycle.zero_for(ctx.model_id, ctx.key[0])
+                if zero.enabled:
+                    periods.add(zero.retention_seconds)
+        return sorted(periods)
+
+    def _plan_variants(
+        self, contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None, cycle: CycleConfig
+    ) -> None:
+        """Each variant's planner input; a model's variants share its saturation analyzers (V2 when all
+        of them are annotated objects, V1 otherwise, unless the saturation ConfigMap names them)."""
+        groups: dict[tuple[str, str], list[VariantContext]] = {}
+        for ctx in contexts:
+            if ctx.model_id is not None:
+                groups.setdefault((ctx.key[0], ctx.model_id), []).append(ctx)
+        for (namespace, model), members in groups.items():
+            only_annotated = all(c.annotated is not None for c in members)
+            analyzers = cycle.saturation.for_model(model, namespace, annotated=only_annotated).analyzers
+            retention = cycle.zero_for(model, namespace).retention_seconds
+            for ctx in members:
+                plan_variant(
+                    ctx,
+                    snapshot,
+                    cycle,
+                    analyzers=analyzers,
+                    woken=self.zero.woken_within(ctx.key, retention),
+                    profiles=self.profiles,
+                )
 
     async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
-        wanted = [c for c in contexts if c.va is not None]
+        wanted = [c for c in contexts if c.target_ref is not None and not c.invalid]
         deployments: dict[tuple[str, str], Mapping[str, Any]] = {}
-        namespaces = sorted(
-            {c.key[0] for c in wanted if c.va is not None and c.va.target.kind == "Deployment"}
-        )
+
+        def is_deployment(ctx: VariantContext) -> bool:
+            ref = ctx.target_ref
+            return ref is not None and ref[:2] == ("apps/v1", "Deployment")
+
+        namespaces = sorted({c.key[0] for c in wanted if is_deployment(c)})
         if namespaces:
             try:
                 if self.settings.clusterwide and len(namespaces) > 1:
@@ -444,27 +518,28 @@ class Engine:
                 deployments[(str(meta.get("namespace")), str(meta.get("name")))] = dep
 
         async def other(ctx: VariantContext) -> None:
-            assert ctx.va is not None
-            ref = ctx.va.target
-            assert ref.api_version is not None and ref.kind is not None
+            assert ctx.target_ref is not None
+            api_version, kind, name = ctx.target_ref
             try:
                 async with self._semaphore:
-                    obj = await self.kube.get_object(ref.api_version, ref.kind, ctx.key[0], ref.name)
-                    scale = await self.kube.get_scale(ref.api_version, ref.kind, ctx.key[0], ref.name)
-                ctx.target = target_from_scale(ref.api_version, ref.kind, obj, scale)
+                    obj = await self.kube.get_object(api_version, kind, ctx.key[0], name)
+                    scale = await self.kube.get_scale(api_version, kind, ctx.key[0], name)
+                ctx.target = target_from_scale(api_version, kind, obj, scale)
             except NotFoundError:
-                ctx.target_error = f"{ref.kind} {ctx.key[0]}/{ref.name} not found"
+                ctx.target_error = f"{kind} {ctx.key[0]}/{name} not found"
+                ctx.target_found = False
             except KubeError as exc:
-                ctx.target_error = f"cannot read {ref.kind} {ctx.key[0]}/{ref.name}: {exc}"
+                ctx.target_error = f"cannot read {kind} {ctx.key[0]}/{name}: {exc}"
 
         others = []
         for ctx in wanted:
-            assert ctx.va is not None
-            ref = ctx.va.target
-            if ref.kind == "Deployment" and ref.api_version == "apps/v1":
-                found = deployments.get((ctx.key[0], ref.name))
+            if is_deployment(ctx):
+                assert ctx.target_ref is not None
+                name = ctx.target_ref[2]
+                found = deployments.get((ctx.key[0], name))
                 if found is None:
-                    ctx.target_error = f"Deployment {ctx.key[0]}/{ref.name} not found"
+                    ctx.target_error = f"Deployment {ctx.key[0]}/{name} not found"
+                    ctx.target_found = False
                 else:
                     ctx.target = target_from_deployment(
                         {"apiVersion": "apps/v1", "kind": "Deployment", **found}
@@ -473,50 +548,41 @@ class Engine:
                 others.append(other(ctx))
         await asyncio.gather(*others)
 
-    async def _read_hpas(
-        self, contexts: Sequence[VariantContext], cfg: MainConfig
-    ) -> dict[tuple[str, str, str], str]:
-        namespaces = sorted(
-            {c.key[0] for c in contexts if c.va is not None and actuation_mode(c.va, cfg) == "patch"}
-        )
-        if not namespaces:
+    def _hpas(self, listed: Listed, contexts: Sequence[VariantContext]) -> dict[tuple[str, str, str], str]:
+        """The targets HPAs manage (patch mode refuses to fight them)."""
+        if listed.hpa_error is None:
+            return hpa_targets(listed.hpas)
+        cfg = self._config
+        if not any(c.va is not None and actuation_mode(c.va, cfg) == "patch" for c in contexts):
             return {}
-        try:
-            if self.settings.clusterwide and len(namespaces) > 1:
-                listed = await self.kube.list_hpas(None)
-            else:
-                listed = [
-                    h
-                    for ls in await asyncio.gather(*(self.kube.list_hpas(ns) for ns in namespaces))
-                    for h in ls
-                ]
-        except KubeError as exc:
-            # Without knowing the HPAs, refusing to patch is the safe choice: mark every target as owned.
-            logger.warning("cannot list HorizontalPodAutoscalers; patch mode paused this cycle: %s", exc)
-            return {
-                (c.key[0], c.target.kind, c.target.name): "(unknown: cannot list HPAs)"
-                for c in contexts
-                if c.target is not None
-            }
-        return hpa_targets(listed)
+        # Without knowing the HPAs, refusing to patch is the safe choice: mark every target as owned.
+        logger.warning(
+            "cannot list HorizontalPodAutoscalers; patch mode paused this cycle: %s", listed.hpa_error
+        )
+        return {
+            (c.key[0], c.target.kind, c.target.name): "(unknown: cannot list HPAs)"
+            for c in contexts
+            if c.target is not None
+        }
 
     async def _plan(
-        self,
-        contexts: Sequence[VariantContext],
-        costs: Mapping[str, str] | None,
-        classes: Mapping[str, str] | None,
-        cfg: MainConfig,
-        config_error: str | None,
+        self, contexts: Sequence[VariantContext], cycle: CycleConfig, config_error: str | None
     ) -> PlanOutcome:
         # Variants without good metrics go in as held: not re-planned, but their GPUs count.
         planned = tuple(c.planned for c in contexts if c.planned is not None)
-        if config_error is not None or costs is None or classes is None:
+        cfg = cycle.main
+        if config_error is not None:
             self.exporter.set_optimizer_status("config_error")
             return PlanOutcome(status="config_error", solve_seconds=0.0, decisions={})
+        accelerators = cycle.accelerators.accelerators
+        # WVA's limiter (the saturation ConfigMap's default entry; ours is one global plan): enableLimiter
+        # with gpu-inventory is our limited mode, a quota caps the GPUs of a type on top of it.
+        limits = cycle.saturation.for_model("", "")
+        quotas = limits.gpu_quotas()
         capacity: dict[str, int] | None = None
-        if cfg.optimizer_mode == "limited":
+        if cfg.optimizer_mode == "limited" or limits.limited_mode or quotas:
             try:
-                capacity = await self._capacity(contexts)
+                capacity = _with_quotas(await self._capacity(contexts), quotas, accelerators)
             except CollectionError as exc:
                 self.exporter.set_optimizer_status("error")
                 return PlanOutcome(
@@ -525,17 +591,17 @@ class Engine:
                     decisions={},
                     failures={v.key: f"GPU inventory unavailable: {exc}" for v in planned},
                 )
-        accelerators = parse_accelerator_costs(costs)
-        service_classes = parse_service_classes(classes)
-        for problem in (*accelerators.problems, *service_classes.problems):
-            logger.warning("ignored: %s", problem)
+        optimizer = optimizer_config(cfg)
+        if capacity is not None and optimizer.unlimited:
+            optimizer = replace(optimizer, unlimited=False)
         request = PlanRequest(
             variants=planned,
-            accelerators=accelerators.accelerators,
-            classes=service_classes,
+            accelerators=accelerators,
+            classes=cycle.classes,
             classes_config_map=self.settings.service_classes_config_map,
-            optimizer=optimizer_config(cfg),
+            optimizer=optimizer,
             capacity=capacity,
+            saturation_floor=cfg.saturation_floor,
         )
         started = time.monotonic()
         try:
@@ -639,9 +705,73 @@ class Engine:
                 key=ctx.key, written=False, decision=decision.policy.replicas, mode=mode, unchanged=True
             )
         written = await self.actuator.write_status(ctx, rep)
-        # Ownership as in WVA: the VA is garbage-collected with its Deployment. (After the status write,
-        # whose resourceVersion precondition this metadata change would otherwise break.)
-        target = ctx.target
-        if target is not None and target.uid and target.kind == "Deployment":
-            await self.actuator.ensure_owner(ctx, target)
+        # A VA does not own its target (WVA's final CRD): the ownerReference an earlier version set goes.
+        # (After the status write, whose resourceVersion precondition this change would otherwise break.)
+        await self.actuator.release_owner(ctx)
         return VariantOutcome(key=ctx.key, written=written, decision=decision.policy.replicas, mode=mode)
+
+    # --- annotated HPAs and ScaledObjects -----------------------------------------------------------
+
+    async def _reconcile_annotated(
+        self,
+        ctx: VariantContext,
+        *,
+        outcome: PlanOutcome,
+        cfg: MainConfig,
+        config_error: str | None,
+        metrics_error: str | None,
+        now: datetime,
+    ) -> None:
+        """Decide, export and explain (Events on the object); no status: the history stays in memory."""
+        if not self.leader.is_leader():
+            return
+        inputs = decision_inputs(
+            ctx,
+            outcome=outcome,
+            cfg=cfg,
+            hpas={},
+            config_error=config_error,
+            metrics_error=metrics_error,
+            now=now,
+        )
+        rep = report(decide(inputs))
+        await self.actuator.post_all(ctx, rep.events, now)
+        if rep.gauges is not None:
+            self._gauges.append(VariantGauges(**asdict(rep.gauges)))
+        self.annotated.remember(ctx, rep.status)
+
+    async def _refuse(self, obj: Mapping[str, Any], message: str, now: datetime) -> None:
+        """A managed annotated object that cannot be planned: one Warning Event on it."""
+        meta = obj.get("metadata") or {}
+        logger.warning("%s", message)
+        ctx = VariantContext(body=obj, key=(str(meta.get("namespace")), str(meta.get("name"))))
+        await self.actuator.post(ctx, "InvalidAnnotations", message, "Warning", now, dedupe=message)
+
+    def _sleepers(
+        self, contexts: Sequence[VariantContext], cfg: MainConfig, accelerators: Mapping[str, AcceleratorType]
+    ) -> list[Sleeper]:
+        """The variants at zero replicas the fast loop may wake (not in shadow mode)."""
+        out = []
+        for ctx in contexts:
+            target, ref = ctx.target, ctx.target_ref
+            if target is None or ref is None or target.spec_replicas != 0 or ctx.model_id is None:
+                continue
+            if ctx.va is not None and actuation_mode(ctx.va, cfg) == "shadow":
+                continue
+            planned = ctx.planned
+            cost = planned.replica_cost(accelerators) if planned is not None else 0.0
+            out.append(Sleeper(ctx.key, ctx.model_id, ref[0], ref[1], ref[2], cost, ctx.body))
+        return out
+
+
+def _with_quotas(
+    capacity: dict[str, int], quotas: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
+) -> dict[str, int]:
+    """WVA's quota limiter on the inventory: at most that many GPUs of an accelerator type (named as in
+    accelerator-unit-costs, or by its device type)."""
+    out = dict(capacity)
+    for name, quota in quotas.items():
+        acc = accelerators.get(name)
+        device = acc.device if acc is not None else name
+        out[device] = min(out.get(device, 0), quota)
+    return out

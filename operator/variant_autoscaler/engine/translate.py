@@ -1,37 +1,47 @@
 """From API objects to the planner's and the pure decision's inputs.
 
 Parsing a VariantAutoscaling (cached by generation and labels, since the status written every cycle
-does not change the spec), the planner's view of a variant, and the :class:`DecisionInputs` of one
-variant from what the cycle read.
+does not change the spec), the planner's view of a variant (a VA, or an annotated HPA or ScaledObject:
+WVA v0.9), which of a model's pods serve which variant, and the :class:`DecisionInputs` of one variant
+from what the cycle read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from variant_autoscaler.adapters.kube import ScaleTarget
-from variant_autoscaler.adapters.prometheus import Lookup, MetricsSnapshot
+from variant_autoscaler.adapters.prometheus import Lookup, MetricsSnapshot, PodMetrics
+from variant_autoscaler.api.annotated import AnnotatedVariant
 from variant_autoscaler.api.config import MainConfig
+from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
 from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView
+from variant_autoscaler.core.model import Profile
+from variant_autoscaler.core.saturation import ReplicaMetrics
+from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
+    IdleInput,
     ObservedLoad,
     PlannedVariant,
     PlanOutcome,
+    SaturationInput,
     VariantKey,
     planned_from_va,
 )
 
 __all__ = [
+    "ProfileSource",
     "SpecCache",
     "VariantContext",
     "actuation_mode",
+    "assign_pods",
     "decision_inputs",
     "metrics_view",
     "plan_variant",
@@ -39,20 +49,63 @@ __all__ = [
     "target_view",
 ]
 
+#: Where a VA's performance profiles come from when not from its spec (profiles learned online): None
+#: keeps the spec's (and a VA without a modelProfile is sized by saturation).
+ProfileSource = Callable[[VariantAutoscaling, str], "tuple[Profile, ...] | None"]
+
 
 @dataclass
 class VariantContext:
-    """One VariantAutoscaling in one cycle: what was read of it, step by step."""
+    """One variant in one cycle — a VariantAutoscaling, or an annotated HPA or ScaledObject
+    (``annotated``, WVA v0.9, whose key names its kind: ``(namespace, "ScaledObject/name")``) — and what
+    was read of it, step by step."""
 
     body: Mapping[str, Any]
     key: VariantKey
     va: VariantAutoscaling | None = None
+    annotated: AnnotatedVariant | None = None
     invalid: str | None = None
     target: ScaleTarget | None = None
     target_error: str | None = None
+    # False: the target does not exist (TargetResolved=False); None: not known (could not be read).
+    target_found: bool | None = None
     accelerator: str | None = None
     lookup: Lookup | None = None
     planned: PlannedVariant | None = None
+    pods: tuple[PodMetrics, ...] = ()
+    # The previous status of an annotated object (kept in memory: it has no status of its own).
+    memory: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_id(self) -> str | None:
+        if self.annotated is not None:
+            return self.annotated.model_id
+        return self.va.spec.model_id if self.va is not None else None
+
+    @property
+    def target_ref(self) -> tuple[str, str, str] | None:
+        """``(apiVersion, kind, name)`` of the scale target, defaults filled in."""
+        if self.annotated is not None:
+            a = self.annotated
+            return (a.target_api_version, a.target_kind, a.target_name)
+        if self.va is None:
+            return None
+        ref = self.va.target
+        assert ref.api_version is not None and ref.kind is not None
+        return (ref.api_version, ref.kind, ref.name)
+
+    @property
+    def metrics_name(self) -> str:
+        """``variant_name`` of its series: the VA's name; the target's for an annotated object."""
+        if self.annotated is not None:
+            return self.annotated.metrics_variant_name
+        return self.key[1]
+
+    @property
+    def previous(self) -> Mapping[str, Any]:
+        if self.annotated is not None:
+            return self.memory
+        return self.body.get("status") or {}
 
 
 class SpecCache:
@@ -98,6 +151,8 @@ class SpecCache:
         va = cached
         ctx.va = va
         ctx.accelerator = va.accelerator_label
+        if not va.spec.has_model_profile:
+            return ctx  # sized by saturation: the accelerator (label) is informative only
         if ctx.accelerator is None and len(va.spec.model_profile.accelerators) == 1:
             ctx.accelerator = va.spec.model_profile.accelerators[0].acc
         if ctx.accelerator is None:
@@ -116,11 +171,61 @@ def actuation_mode(va: VariantAutoscaling, cfg: MainConfig) -> ActuationMode:
     return cfg.default_actuation_mode
 
 
-def plan_variant(ctx: VariantContext, snapshot: MetricsSnapshot | None, cfg: MainConfig) -> None:
-    """The planner's view of the variant (``ctx.planned``), once its target is read."""
-    if ctx.va is None or ctx.invalid or ctx.target is None or ctx.accelerator is None:
+def assign_pods(contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None) -> None:
+    """Which of a model's serving pods belong to which variant (``ctx.pods``): a pod is named after its
+    workload (``<deployment>-<hash>-<suffix>``, ``<statefulset>-<ordinal>``), so it goes to the variant of
+    the same model and namespace whose target name is the longest prefix of the pod's name."""
+    if snapshot is None:
         return
-    ctx.lookup = snapshot.lookup(ctx.va.spec.model_id, ctx.key[0]) if snapshot is not None else None
+    groups: dict[tuple[str, str], list[VariantContext]] = {}
+    for ctx in contexts:
+        if ctx.target is not None and ctx.model_id is not None:
+            groups.setdefault((ctx.key[0], ctx.model_id), []).append(ctx)
+    for (namespace, model), members in groups.items():
+        by_name = sorted(members, key=lambda c: len(c.target.name if c.target else ""), reverse=True)
+        owned: dict[int, list[PodMetrics]] = {}
+        for pod in snapshot.pods(model, namespace):
+            for ctx in by_name:
+                assert ctx.target is not None
+                if pod.pod.startswith(f"{ctx.target.name}-"):
+                    owned.setdefault(id(ctx), []).append(pod)
+                    break
+        for ctx in members:
+            ctx.pods = tuple(owned.get(id(ctx), ()))
+
+
+def _saturation(ctx: VariantContext, mode: ActuationMode) -> SaturationInput:
+    target = ctx.target
+    assert target is not None
+    tokens = [p.kv_tokens for p in ctx.pods if p.kv_tokens is not None]
+    previous = (ctx.previous.get("desiredOptimizedAlloc") or {}).get("numReplicas")
+    return SaturationInput(
+        ready=target.ready_replicas if target.ready_replicas is not None else target.spec_replicas,
+        metrics=tuple(ReplicaMetrics(p.kv_usage, p.waiting) for p in ctx.pods),
+        kv_tokens_per_replica=max(tokens) if tokens else None,
+        # A decision is "not applied yet" only where something applies it (not in shadow mode).
+        previous_desired=previous if isinstance(previous, int) and mode != "shadow" else None,
+    )
+
+
+def plan_variant(
+    ctx: VariantContext,
+    snapshot: MetricsSnapshot | None,
+    cycle: CycleConfig,
+    *,
+    analyzers: tuple[AnalyzerConfig, ...] = (),
+    woken: bool = False,
+    profiles: ProfileSource | None = None,
+) -> None:
+    """The planner's view of the variant (``ctx.planned``), once its target is read.
+
+    ``analyzers``: the saturation analyzers of its model; ``woken``: scaled from zero within its
+    retention period (not idle, whatever the counter says); ``profiles``: where learned profiles come
+    from (the spec's otherwise)."""
+    if ctx.invalid or ctx.target is None or (ctx.va is None and ctx.annotated is None):
+        return
+    model, namespace, cfg = ctx.model_id or "", ctx.key[0], cycle.main
+    ctx.lookup = snapshot.lookup(model, namespace) if snapshot is not None else None
     metrics = ctx.lookup.metrics if ctx.lookup is not None and ctx.lookup.state == "ok" else None
     # Without fresh metrics the variant is held: not re-planned, but its GPUs count.
     load = (
@@ -128,18 +233,49 @@ def plan_variant(ctx: VariantContext, snapshot: MetricsSnapshot | None, cfg: Mai
         if metrics is not None
         else None
     )
+    zero = cycle.zero_for(model, namespace)
+    requests = None
+    if snapshot is not None and zero.enabled and not woken:
+        requests = snapshot.requests(model, namespace, zero.retention_seconds)
+    idle = IdleInput(zero.enabled, requests, zero.retention_seconds)
+    mode = actuation_mode(ctx.va, cfg) if ctx.va is not None else "metrics"
+    extra = {
+        "saturation": _saturation(ctx, mode),
+        "analyzers": analyzers,
+        "idle": idle,
+        "default_slo": cycle.queueing.slo_for(model, namespace),
+    }
+    if ctx.annotated is not None:
+        a = ctx.annotated
+        ctx.planned = PlannedVariant(
+            key=ctx.key,
+            model_id=model,
+            profiles=(),
+            accelerator=None,
+            current_replicas=ctx.target.spec_replicas,
+            load=load,
+            min_replicas=a.min_replicas,
+            max_replicas=a.max_replicas,
+            variant_cost=a.variant_cost,
+            **extra,  # type: ignore[arg-type]
+        )
+        return
+    assert ctx.va is not None
     try:
-        ctx.planned = planned_from_va(
+        planned = planned_from_va(
             ctx.va,
-            namespace=ctx.key[0],
+            namespace=namespace,
             accelerator=ctx.accelerator,
             current_replicas=ctx.target.spec_replicas,
             current_max_batch=ctx.target.max_num_seqs,
             load=load,
             config=cfg,
+            profiles=profiles(ctx.va, namespace) if profiles is not None else None,
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"
+        return
+    ctx.planned = replace(planned, **extra)  # type: ignore[arg-type]
 
 
 def target_view(target: ScaleTarget | None) -> TargetView | None:
@@ -190,8 +326,20 @@ def decision_inputs(
     generation = meta.get("generation")
     va, target = ctx.va, ctx.target
     mode = actuation_mode(va, cfg) if va is not None else cfg.default_actuation_mode
-    low, high = (va.spec.min_replicas, va.spec.max_replicas) if va is not None else (None, None)
+    low, high = (
+        (va.spec.effective_min_replicas(cfg.scale_to_zero), va.spec.effective_max_replicas())
+        if va is not None
+        else (None, None)
+    )
+    if ctx.annotated is not None:
+        # Its HPA or ScaledObject acts on the exported decision: always metrics mode.
+        mode, low, high = "metrics", ctx.annotated.min_replicas, ctx.annotated.max_replicas
     profile = va.spec.profile_for(ctx.accelerator) if va is not None and ctx.accelerator else None
+    unit_cost = outcome.unit_costs.get(ctx.accelerator or "", 0.0)
+    if va is not None and va.spec.variant_cost is not None:
+        unit_cost = float(va.spec.variant_cost)
+    elif ctx.annotated is not None:
+        unit_cost = ctx.annotated.variant_cost
     stabilization = (
         float(va.spec.scale_down.stabilization_window_seconds)
         if va is not None
@@ -202,10 +350,10 @@ def decision_inputs(
     return DecisionInputs(
         now=now,
         namespace=ctx.key[0],
-        name=ctx.key[1],
+        name=ctx.metrics_name,
         uid=str(meta.get("uid") or ""),
         generation=generation if isinstance(generation, int) else None,
-        previous=ctx.body.get("status") or {},
+        previous=ctx.previous,
         mode=mode,
         min_replicas=low if low is not None else cfg.min_replicas_default,
         max_replicas=high,
@@ -215,6 +363,7 @@ def decision_inputs(
         accelerator=ctx.accelerator,
         target=target_view(target),
         target_error=ctx.target_error,
+        target_found=True if target is not None else ctx.target_found,
         hpa_owner=hpas.get((ctx.key[0], target.kind, target.name)) if target is not None else None,
         metrics=metrics_view(ctx.lookup),
         metrics_error=metrics_error,
@@ -222,7 +371,7 @@ def decision_inputs(
         plan=outcome.decisions.get(ctx.key),
         plan_failure=outcome.failures.get(ctx.key),
         plan_status=outcome.status,
-        unit_cost=outcome.unit_costs.get(ctx.accelerator or "", 0.0),
+        unit_cost=unit_cost,
         metrics_window_seconds=cfg.metrics_window_seconds,
         pending_timeout_seconds=cfg.pending_timeout_seconds,
         batch_stable_cycles=cfg.batch_stable_cycles,

@@ -17,6 +17,7 @@ from variant_autoscaler.adapters.prometheus import (
     Collector,
     PrometheusClient,
     build_queries,
+    build_saturation_queries,
     build_ssl_context,
 )
 from variant_autoscaler.api.config import PrometheusConfig
@@ -37,7 +38,8 @@ class FakePrometheus:
     """Answers the collector's queries from a table keyed by quantity name."""
 
     def __init__(self, rows: dict[str, list[tuple[dict[str, str], float]]]) -> None:
-        self.by_query = {q: rows.get(name, []) for name, q in build_queries(60.0).items()}
+        queries = {**build_queries(60.0), **build_saturation_queries(60.0)}
+        self.by_query = {q: rows.get(name, []) for name, q in queries.items()}
         self.seen: list[httpx.Request] = []
         self.fail_next = 0
 
@@ -75,7 +77,8 @@ async def test_one_query_per_quantity_whatever_the_number_of_models() -> None:
     }
     fake = FakePrometheus(rows)
     snap = await Collector(_client(fake)).collect(now=NOW)
-    assert len(fake.seen) == QUERIES_PER_CYCLE == snap.queries == 8
+    # Eight for load and latency, three for the saturation analyzers (per pod, every model at once).
+    assert len(fake.seen) == QUERIES_PER_CYCLE == snap.queries == 11
     a = snap.lookup("llama", "team-a")
     assert a.state == "ok" and a.metrics is not None
     assert a.metrics.completion_rate == 2.0 and a.metrics.arrival_rate == 2.0
