@@ -516,8 +516,9 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
     last_desired = _int(prev_desired.get("numReplicas"))
     prev_batch = _int(prev_desired.get("maxBatch"))
     desired = decision.desired
-    prev_key = (last_desired, prev_desired.get("accelerator"), prev_batch)
-    new_key = (desired.replicas, desired.accelerator, desired.max_batch)
+    # An accelerator left out of the status (a profile-less variant) reads back as absent.
+    prev_key = (last_desired, prev_desired.get("accelerator") or "", prev_batch)
+    new_key = (desired.replicas, desired.accelerator or "", desired.max_batch)
     if prev_key != new_key:
         events.append(
             EventSpec(

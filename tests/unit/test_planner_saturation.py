@@ -1,0 +1,154 @@
+"""The planner's saturation path, pure (what the simulator and ``plan`` would call too): profile-less
+variants sized by saturation over their model, the floor under the model's decisions, scale to zero,
+variantCost as the replica cost, and the queueing-model ConfigMap's SLOs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from variant_autoscaler.api.config import parse_main_config
+from variant_autoscaler.api.configmaps import ServiceClasses, parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.saturation_config import AnalyzerConfig
+from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
+from variant_autoscaler.core.model import ModelTarget
+from variant_autoscaler.core.saturation import V1, V2, ReplicaMetrics
+from variant_autoscaler.core.sizing import IdleInput, SaturationInput, SizingMember, size_group
+from variant_autoscaler.planner import (
+    ObservedLoad,
+    OptimizerPlanner,
+    PlannedVariant,
+    PlanRequest,
+    optimizer_config,
+    planned_from_va,
+)
+from vatesting.fakes import NS, load_yaml
+
+COSTS = parse_accelerator_costs(load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"])
+CLASSES = parse_service_classes(load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"])
+MODEL = "default/default"
+V1_ONLY = (AnalyzerConfig(V1),)
+
+
+def _hot(replicas: int, kv: float = 0.9, waiting: float = 0.0) -> SaturationInput:
+    return SaturationInput(
+        ready=replicas, metrics=tuple(ReplicaMetrics(kv, waiting) for _ in range(replicas))
+    )
+
+
+def _bare(
+    name: str, replicas: int, sat: SaturationInput | None, *, cost: float = 10.0, **kw: object
+) -> PlannedVariant:
+    return PlannedVariant(
+        key=(NS, name),
+        model_id=MODEL,
+        profiles=(),
+        accelerator=None,
+        current_replicas=replicas,
+        load=ObservedLoad(60.0, 100.0, 128.0),
+        min_replicas=1,
+        max_replicas=None,
+        variant_cost=cost,
+        saturation=sat,
+        analyzers=V1_ONLY,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _request(*variants: PlannedVariant, floor: bool = True, classes: ServiceClasses = CLASSES) -> PlanRequest:
+    return PlanRequest(
+        variants=variants,
+        accelerators=COSTS.accelerators,
+        classes=classes,
+        optimizer=optimizer_config(parse_main_config({})),
+        capacity=None,
+        saturation_floor=floor,
+    )
+
+
+def test_profile_less_variants_are_sized_by_saturation_cheapest_first() -> None:
+    outcome = OptimizerPlanner().plan(
+        _request(_bare("dear", 1, _hot(1), cost=20.0), _bare("cheap", 1, _hot(1), cost=5.0))
+    )
+    assert outcome.status == "saturation"
+    cheap, dear = outcome.decisions[(NS, "cheap")], outcome.decisions[(NS, "dear")]
+    assert (cheap.replicas, dear.replicas) == (2, 1)
+    assert cheap.decided_by == "saturation-v1" and cheap.reason.startswith("saturation-v1: ")
+    assert cheap.cost == 10.0  # 2 replicas x variantCost 5
+    assert cheap.ttft_ms is None  # saturation predicts no latency
+
+
+def test_without_fresh_saturation_metrics_a_profile_less_variant_is_not_decided() -> None:
+    outcome = OptimizerPlanner().plan(_request(_bare("a", 2, SaturationInput(ready=2))))
+    assert (NS, "a") not in outcome.decisions
+    assert "no fresh saturation metrics" in outcome.failures[(NS, "a")]
+
+
+def sample_va(name: str) -> VariantAutoscaling:
+    body = load_yaml("deploy/samples/variantautoscaling.yaml")
+    body["metadata"]["name"] = name
+    return VariantAutoscaling.model_validate(body)
+
+
+def _sample(name: str, rpm: float, sat: SaturationInput | None, **cm: str) -> PlannedVariant:
+    planned = planned_from_va(
+        sample_va(name),
+        namespace=NS,
+        accelerator="A100",
+        current_replicas=1,
+        current_max_batch=None,
+        load=ObservedLoad(rpm, 100.0, 128.0),
+        config=parse_main_config(cm),
+    )
+    return replace(planned, saturation=sat, analyzers=V1_ONLY)
+
+
+def test_the_floor_raises_and_never_lowers_the_models_decision() -> None:
+    model_only = OptimizerPlanner().plan(_request(_sample("a", 30.0, _hot(1)), floor=False))
+    floored = OptimizerPlanner().plan(_request(_sample("a", 30.0, _hot(1))))
+    assert model_only.decisions[(NS, "a")].replicas == 1
+    up = floored.decisions[(NS, "a")]
+    assert up.replicas == 2 and up.decided_by == "saturation-v1"
+    # Saturation wanting fewer (idle cache) does not lower a model that wants more.
+    busy = OptimizerPlanner().plan(_request(_sample("a", 600.0, _hot(1, kv=0.01))))
+    alone = OptimizerPlanner().plan(_request(_sample("a", 600.0, _hot(1, kv=0.01)), floor=False))
+    assert busy.decisions[(NS, "a")] == alone.decisions[(NS, "a")]
+
+
+def test_a_floor_without_saturation_metrics_keeps_the_models_exact_plan() -> None:
+    on = OptimizerPlanner().plan(_request(_sample("a", 400.0, None)))
+    off = OptimizerPlanner().plan(_request(_sample("a", 400.0, None), floor=False))
+    assert on.decisions == off.decisions
+
+
+def test_variant_cost_is_the_replica_cost_and_needs_no_accelerator_cost() -> None:
+    planned = replace(_sample("a", 60.0, None), variant_cost=3.0)
+    no_costs = replace(_request(planned, floor=False), accelerators={})
+    decision = OptimizerPlanner().plan(no_costs).decisions[(NS, "a")]
+    assert decision.cost == 3.0 * decision.replicas
+
+
+def test_queueing_model_slos_when_no_class_has_the_model() -> None:
+    planned = replace(_sample("a", 60.0, None), default_slo=ModelTarget(MODEL, itl=24.0, ttft=500.0))
+    outcome = OptimizerPlanner().plan(_request(planned, floor=False, classes=ServiceClasses(())))
+    assert "wva-queueing-model-config" in outcome.decisions[(NS, "a")].reason
+
+
+def test_idle_goes_to_zero_only_on_a_measured_zero() -> None:
+    idle = IdleInput(enabled=True, requests=0.0, retention_seconds=600.0)
+    quiet = _hot(1, kv=0.0)
+    members = [
+        SizingMember("a", 1, 1.0, 0, None, sized_by_model=False, saturation=quiet, idle=idle),
+        SizingMember("b", 1, 1.0, 0, None, False, saturation=quiet, idle=replace(idle, requests=None)),
+        SizingMember("c", 1, 1.0, 1, None, False, saturation=quiet, idle=idle),  # minimum 1
+        SizingMember("d", 1, 1.0, 0, None, False, saturation=_hot(1, 0.0, waiting=1), idle=idle),
+    ]
+    out = size_group(members, V1_ONLY, floor=True)
+    assert out["a"].replicas == 0 and out["a"].decided_by == "scale-to-zero"
+    assert all(out[k].replicas == 1 for k in "bcd")
+
+
+def test_v2_sizes_by_token_capacity() -> None:
+    sat = SaturationInput(ready=1, metrics=(ReplicaMetrics(0.95, 0.0),), kv_tokens_per_replica=16000.0)
+    members = [SizingMember("a", 1, 1.0, 1, None, sized_by_model=False, saturation=sat)]
+    out = size_group(members, (AnalyzerConfig(V2),), floor=True)
+    assert out["a"].replicas == 2 and out["a"].decided_by == "saturation-v2"
