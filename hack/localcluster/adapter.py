@@ -1,10 +1,12 @@
 """prometheus-adapter serving ``external.metrics.k8s.io`` from the cluster's Prometheus.
 
-The rule is WVA's: the external metric ``inferno_desired_replicas`` comes from the series
-``inferno_desired_replicas{variant_name!="",exported_namespace!=""}``, with ``exported_namespace`` as the
-namespace and ``variant_name`` as the deployment, so an HPA with an External metric selecting
-``variant_name: <deployment>`` reads the operator's desired replica count. (The production rule the operator
-ships lives in deploy/prometheus/; this copy is the harness's own, independent of deploy/.)
+The rules are WVA's, one per gauge family: the external metric ``inferno_desired_replicas`` (WVA 2025-10
+to v0.4) comes from the series ``inferno_desired_replicas{variant_name!="",exported_namespace!=""}``, and
+``wva_desired_replicas`` (v0.5 on, and v0.9's annotated HPAs) from ``wva_desired_replicas{...}``, each with
+``exported_namespace`` as the namespace and ``variant_name`` as the deployment, so an HPA with an External
+metric selecting ``variant_name: <deployment>`` reads the operator's desired replica count. (The
+production rules the operator ships live in deploy/prometheus/; these are the harness's own, independent
+of deploy/.)
 
 Routing: the adapter is an aggregated API server listening on 127.0.0.1. The API server cannot route to a
 loopback Endpoint/EndpointSlice (their validation rejects 127.0.0.0/8), so the APIService points at an
@@ -30,22 +32,22 @@ EXTERNAL_VERSION = "v1beta1"
 
 def adapter_config() -> str:
     """The adapter's rule file (``--config``)."""
-    config = {
-        "externalRules": [
-            {
-                "seriesQuery": 'inferno_desired_replicas{variant_name!="",exported_namespace!=""}',
-                "resources": {
-                    "overrides": {
-                        "exported_namespace": {"resource": "namespace"},
-                        "variant_name": {"resource": "deployment"},
-                    }
-                },
-                "name": {"matches": "^inferno_desired_replicas$", "as": "inferno_desired_replicas"},
-                "metricsQuery": "inferno_desired_replicas{<<.LabelMatchers>>}",
-            }
-        ]
-    }
+    config = {"externalRules": [_rule(name) for name in ("inferno_desired_replicas", "wva_desired_replicas")]}
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def _rule(metric: str) -> dict[str, Any]:
+    return {
+        "seriesQuery": f'{metric}{{variant_name!="",exported_namespace!=""}}',
+        "resources": {
+            "overrides": {
+                "exported_namespace": {"resource": "namespace"},
+                "variant_name": {"resource": "deployment"},
+            }
+        },
+        "name": {"matches": f"^{metric}$", "as": metric},
+        "metricsQuery": f"{metric}{{<<.LabelMatchers>>}}",
+    }
 
 
 def manifests(port: int, ca_pem: bytes) -> list[dict[str, Any]]:

@@ -52,6 +52,9 @@ RESOURCES: tuple[tuple[str, str, str], ...] = (
     ("apps", "statefulsets", "scale"),
     ("apps", "daemonsets", ""),
     ("autoscaling", "horizontalpodautoscalers", ""),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", ""),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "scale"),
+    ("keda.sh", "scaledobjects", ""),
     ("", "pods", ""),
     ("", "pods", "exec"),
     ("", "events", ""),
@@ -89,6 +92,9 @@ SERVING = {
     ("apps", "deployments", "scale"): {"get", "patch"},
     ("apps", "statefulsets", "scale"): {"get", "patch"},
     ("autoscaling", "horizontalpodautoscalers", ""): {"list"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", ""): {"get"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "scale"): {"get", "patch"},
+    ("keda.sh", "scaledobjects", ""): {"list"},
     ("", "events", ""): {"create"},
 }
 INVENTORY = {("", "nodes", ""): {"list", "watch"}, ("", "pods", ""): {"list"}}
