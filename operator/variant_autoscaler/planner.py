@@ -318,6 +318,7 @@ class OptimizerPlanner:
         keys: dict[str, VariantKey] = {}
         how: dict[VariantKey, str] = {}
         failures: dict[VariantKey, str] = {}
+        no_slo: set[VariantKey] = set()
         for v in request.variants:
             if not v.sized_by_model:
                 continue  # sized by saturation, below
@@ -330,7 +331,9 @@ class OptimizerPlanner:
                     "SLOs of wva-queueing-model-config",
                 )
             if resolved is None:
+                # No SLOs to size it by: saturation does (as WVA v0.4 did for every variant).
                 failures[v.key] = f"no service class has an entry for model {v.model_id!r}"
+                no_slo.add(v.key)
                 continue
             service, how[v.key] = resolved
             share = members.get(v.share_group, 1) if v.share_group is not None else 1
@@ -385,7 +388,7 @@ class OptimizerPlanner:
         status = plan.status
         if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
             status = f"{status}, some infeasible"
-        by_saturation = _with_saturation(request, decisions, failures)
+        by_saturation = _with_saturation(request, decisions, failures, no_slo)
         if by_saturation and not inputs:
             status = "saturation"
         return PlanOutcome(
@@ -399,32 +402,38 @@ class OptimizerPlanner:
 
 
 def _with_saturation(
-    request: PlanRequest, decisions: dict[VariantKey, VariantPlan], failures: dict[VariantKey, str]
+    request: PlanRequest,
+    decisions: dict[VariantKey, VariantPlan],
+    failures: dict[VariantKey, str],
+    no_slo: set[VariantKey],
 ) -> int:
-    """Size the profile-less variants by saturation and, with the floor on, put saturation under the
-    model's decisions, model by model (in place); returns how many variants saturation sized."""
+    """Size the profile-less variants (and those without SLOs) by saturation and, with the floor on, put
+    saturation under the model's decisions, model by model (in place); returns how many variants
+    saturation sized."""
     groups: dict[tuple[str, str], list[PlannedVariant]] = {}
     for v in request.variants:
         groups.setdefault((v.key[0], v.model_id), []).append(v)
     sized = 0
     for members in groups.values():
         if not request.saturation_floor and all(
-            v.sized_by_model and (v.idle is None or not v.idle.enabled) for v in members
+            v.sized_by_model and v.key not in no_slo and (v.idle is None or not v.idle.enabled)
+            for v in members
         ):
             continue  # the model alone, as before: nothing to combine
         by_name = {_name(v.key): v for v in members}
         analyzers = next((v.analyzers for v in members if v.analyzers), ())
         tokens = next((v.load.avg_input_tokens for v in members if v.load is not None), 0.0)
         result = size_group(
-            [_member(v, decisions.get(v.key), request.accelerators) for v in members],
+            [_member(v, decisions.get(v.key), request.accelerators, v.key not in no_slo) for v in members],
             analyzers,
             floor=request.saturation_floor,
             avg_input_tokens=tokens,
         )
         for name, decision in result.items():
             v = by_name[name]
-            sized += not v.sized_by_model
-            _apply(v, decision, decisions, failures, request.accelerators)
+            sized += not v.sized_by_model or v.key in no_slo
+            why = failures.get(v.key) if v.key in no_slo else None
+            _apply(v, decision, decisions, failures, request.accelerators, why)
     return sized
 
 
@@ -433,7 +442,7 @@ def _name(key: VariantKey) -> str:
 
 
 def _member(
-    v: PlannedVariant, plan: VariantPlan | None, accelerators: Mapping[str, AcceleratorType]
+    v: PlannedVariant, plan: VariantPlan | None, accelerators: Mapping[str, AcceleratorType], slo: bool
 ) -> SizingMember:
     return SizingMember(
         key=_name(v.key),
@@ -441,7 +450,7 @@ def _member(
         cost=v.replica_cost(accelerators),
         min_replicas=v.min_replicas,
         max_replicas=v.max_replicas,
-        sized_by_model=v.sized_by_model,
+        sized_by_model=v.sized_by_model and slo,
         model=(plan.replicas, plan.reason) if plan is not None else None,
         saturation=v.saturation,
         idle=v.idle,
@@ -454,15 +463,19 @@ def _apply(
     decisions: dict[VariantKey, VariantPlan],
     failures: dict[VariantKey, str],
     accelerators: Mapping[str, AcceleratorType],
+    why_not_model: str | None,
 ) -> None:
-    """Record what decided ``v``: the model's plan kept, or replaced by saturation's or zero's count."""
+    """Record what decided ``v``: the model's plan kept, or replaced by saturation's or zero's count
+    (``why_not_model``: why the model could not size a variant that has a profile)."""
     plan = decisions.get(v.key)
     if decision.decided_by == "none":
-        failures[v.key] = f"no decision: {decision.reason}"
+        failures[v.key] = "; ".join(x for x in (why_not_model, f"no decision: {decision.reason}") if x)
         return
     if plan is not None and decision.decided_by == MODEL:
         return  # the model's own plan, predictions and all
     reason = f"{decision.decided_by}: {decision.reason}"
+    if why_not_model is not None and plan is None:
+        reason = f"{reason} ({why_not_model}: sized by saturation)"
     if plan is not None:
         same = decision.replicas == plan.replicas
         decisions[v.key] = VariantPlan(

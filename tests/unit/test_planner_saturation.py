@@ -152,3 +152,13 @@ def test_v2_sizes_by_token_capacity() -> None:
     members = [SizingMember("a", 1, 1.0, 1, None, sized_by_model=False, saturation=sat)]
     out = size_group(members, (AnalyzerConfig(V2),), floor=True)
     assert out["a"].replicas == 2 and out["a"].decided_by == "saturation-v2"
+
+
+def test_a_variant_with_a_profile_but_no_slos_is_sized_by_saturation() -> None:
+    # WVA v0.4 shipped no service classes and sized every variant by saturation.
+    outcome = OptimizerPlanner().plan(_request(_sample("a", 60.0, _hot(1)), classes=ServiceClasses(())))
+    decision = outcome.decisions[(NS, "a")]
+    assert decision.replicas == 2 and decision.decided_by == "saturation-v1"
+    assert "no service class has an entry for model 'default/default'" in decision.reason
+    held = OptimizerPlanner().plan(_request(_sample("a", 60.0, None), classes=ServiceClasses(())))
+    assert "no service class" in held.failures[(NS, "a")]
