@@ -13,6 +13,7 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.pytest_plugin import Emulator
+from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from vatesting.harness import (
     EMULATOR,
     OPERATOR_NS,
@@ -118,13 +119,14 @@ def test_wva_sample_gets_a_correct_status_and_a_load_change_changes_the_decision
         assert conds["OptimizationReady"]["reason"] == "OptimizationSucceeded"
         assert conds["Actuated"]["reason"] == "MetricsEmitted"
         assert {c["observedGeneration"] for c in conds.values()} == {va["metadata"]["generation"]}
-        owner = va["metadata"]["ownerReferences"][0]
-        assert (owner["kind"], owner["name"], owner["controller"]) == ("Deployment", VA, True)
+        # The VA does not own its target (WVA's final CRD): no ownerReference, and TargetResolved.
+        assert "ownerReferences" not in va["metadata"]
+        assert conds["TargetResolved"]["reason"] == "TargetFound"
         labels = {"variant_name": VA, "namespace": full_namespace, "accelerator_type": "A100"}
         assert operator.metric("inferno_desired_replicas", **labels) == 1
         assert operator.metric("inferno_current_replicas", **labels) == 1
         queries = operator.metric("variant_autoscaler_promql_queries_last_cycle")
-        assert queries == 8
+        assert queries == QUERIES_PER_CYCLE == 11  # load and latency, and the saturation analyzers' inputs
 
         # Six times the load: more replicas are wanted (metrics mode: the HPA would apply them).
         loads.pop().stop()
