@@ -162,3 +162,20 @@ def test_a_variant_with_a_profile_but_no_slos_is_sized_by_saturation() -> None:
     assert "no service class has an entry for model 'default/default'" in decision.reason
     held = OptimizerPlanner().plan(_request(_sample("a", 60.0, None), classes=ServiceClasses(())))
     assert "no service class" in held.failures[(NS, "a")]
+
+
+def test_the_floor_needs_every_ready_replica_to_report_and_ignores_unapplied_model_decisions() -> None:
+    def member(key: str, sat: SaturationInput, model: int) -> SizingMember:
+        return SizingMember(key, 2, 1.0, 1, None, sized_by_model=True, model=(model, "model"), saturation=sat)
+
+    # One ready replica of the model does not report: saturation cannot judge, the model goes down.
+    half = SaturationInput(ready=2, metrics=(ReplicaMetrics(0.1, 0.0),))
+    assert size_group([member("a", half, 1)], V1_ONLY, floor=True)["a"].replicas == 1
+    # Every replica reports, and a model decision not applied yet (metrics mode, no HPA) does not freeze
+    # the floor: both agree on going down.
+    seen = SaturationInput(ready=2, metrics=(ReplicaMetrics(0.1, 0.0),) * 2, previous_desired=5)
+    assert size_group([member("a", seen, 1)], V1_ONLY, floor=True)["a"].decided_by == "model+saturation-v1"
+    # While a replica starts, saturation holds the model's scale-down (nothing moves while starting).
+    starting = SaturationInput(ready=1, metrics=(ReplicaMetrics(0.1, 0.0),))
+    held = size_group([member("a", starting, 1)], V1_ONLY, floor=True)["a"]
+    assert held.replicas == 2 and held.decided_by == "saturation-v1"

@@ -7,7 +7,8 @@ namespace) after the optimizer, so the operator, the simulator and ``plan`` deci
   :mod:`variant_autoscaler.core.saturation`), over every variant of its model, cheapest first.
 * A variant **with a profile** is sized by the queueing model and the optimizer; with ``floor`` on
   (``SATURATION_FLOOR``, WVA's later rule) saturation is its safety floor: scale up if either asks, down
-  only if both agree. Without fresh saturation metrics the model decides alone.
+  only if both agree. Without fresh saturation metrics for every ready replica of the model (a replica
+  that does not report, a variant whose target could not be read) the model decides alone.
 * **Idle** (scale to zero): a variant whose minimum is 0, whose model may scale to zero, and for which no
   request succeeded within the retention period (a measured 0, never a missing series) goes to zero,
   unless a replica is starting or a request waits.
@@ -149,11 +150,17 @@ def size_group(
             min_replicas=m.min_replicas,
             max_replicas=m.max_replicas,
             kv_tokens_per_replica=m.saturation.kv_tokens_per_replica,
-            previous_desired=m.saturation.previous_desired,
+            # "Not applied yet" is about saturation's own decisions: a model's decision in metrics mode
+            # may never be applied (no HPA), and must not freeze the floor for ever.
+            previous_desired=None if m.sized_by_model else m.saturation.previous_desired,
         )
         for m in members
         if m.saturation is not None
     ]
+    # The floor needs every ready replica of the model to report: a replica it cannot see is missing
+    # data, and missing data neither raises nor holds the model's decision.
+    complete = all(len(m.saturation.metrics) >= m.saturation.ready for m in members if m.saturation)
+    floor = floor and complete and len(states) == len(members)
     wanted = floor or any(not m.sized_by_model for m in members)
     saturation: dict[str, Decision] = {}
     if states and analyzers and wanted:
