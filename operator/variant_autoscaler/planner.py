@@ -433,7 +433,7 @@ def _with_saturation(
             v = by_name[name]
             sized += not v.sized_by_model or v.key in no_slo
             why = failures.get(v.key) if v.key in no_slo else None
-            _apply(v, decision, decisions, failures, request.accelerators, why)
+            _apply(v, decision, decisions, failures, request.accelerators, why_not_model=why)
     return sized
 
 
@@ -463,6 +463,7 @@ def _apply(
     decisions: dict[VariantKey, VariantPlan],
     failures: dict[VariantKey, str],
     accelerators: Mapping[str, AcceleratorType],
+    *,
     why_not_model: str | None,
 ) -> None:
     """Record what decided ``v``: the model's plan kept, or replaced by saturation's or zero's count

@@ -445,7 +445,7 @@ class KubeClient:
             return None
 
     async def list_configmaps(self, namespace: str) -> list[JSON]:
-        return await self._list(f"/api/v1/namespaces/{namespace}/configmaps")
+        return await self._list(f"/api/v1/namespaces/{ns_part(namespace)}/configmaps")
 
     # --- scale targets ------------------------------------------------------------------------------
 
@@ -502,7 +502,7 @@ class KubeClient:
     async def list_scaled_objects(self, namespace: str | None) -> list[JSON]:
         """KEDA's ScaledObjects; :class:`NotFoundError` when KEDA's CRD is not installed."""
         path = (
-            f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"
+            f"/apis/keda.sh/v1alpha1/namespaces/{ns_part(namespace)}/scaledobjects"
             if namespace
             else "/apis/keda.sh/v1alpha1/scaledobjects"
         )
