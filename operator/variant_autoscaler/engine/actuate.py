@@ -77,8 +77,12 @@ class Actuator:
                         ),
                     )
                 direction = "up" if decision.scale_to > target.spec_replicas else "down"
+                plan = decision.inputs.plan
                 self.exporter.scalings.labels(
-                    variant_name=ctx.key[1], namespace=ctx.key[0], direction=direction, reason="optimizer"
+                    variant_name=ctx.key[1],
+                    namespace=ctx.key[0],
+                    direction=direction,
+                    reason=plan.decided_by if plan is not None else "hold",
                 ).inc()
                 done.append(
                     f"scaled {target.kind}/{target.name} from {target.spec_replicas} to {decision.scale_to}"
