@@ -435,3 +435,16 @@ async def test_every_generation_of_sample_reaches_a_decision_with_a_fixed_query_
     assert report.variants == 15
     assert h.prom.queries - before == QUERIES_PER_CYCLE
     assert h.kube.writes("GET", "/configmaps") == 1 * h.engine.cycles_completed  # one LIST per cycle
+
+
+async def test_an_annotated_object_exporting_under_a_vas_name_is_refused_not_duplicated() -> None:
+    # Two series with the same labels would make the whole scrape fail: the VA's is kept.
+    h = _harness()
+    h.add_va(replicas=1)  # the VA vllme-deployment, named like its Deployment
+    h.kube.put(_annotated_hpa())  # an annotated HPA for the same Deployment
+    h.load(60.0)
+    report = await h.engine.run_cycle()
+    assert report.variants == 1
+    warnings = [e for e in h.kube.events() if e["reason"] == "InvalidAnnotations"]
+    assert len(warnings) == 1 and "already exports" in warnings[0]["message"]
+    assert sum(1 for name, _ in h.gauges() if name == "wva_desired_replicas") == 1

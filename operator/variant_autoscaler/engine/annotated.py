@@ -94,12 +94,20 @@ class AnnotatedSource:
             out.scaled_objects = _typed(scaled, _SCALED_OBJECT)
         return out
 
-    def contexts(self, listed: Listed) -> tuple[list[VariantContext], list[tuple[JSON, str]]]:
+    def contexts(
+        self, listed: Listed, taken: set[tuple[str, str]] | None = None
+    ) -> tuple[list[VariantContext], list[tuple[JSON, str]]]:
         """The managed objects as variants, and the managed ones that cannot be planned (with why, once
-        per distinct message). Memory of objects gone is dropped."""
+        per distinct message). Memory of objects gone is dropped.
+
+        ``taken``: the ``(namespace, variant_name)`` of the VAs' series. An annotated object exports its
+        decision under its target's name; a second variant under the same name (a VA named like the
+        target, or a second annotated object for it) would make the scrape fail as a whole, so it is
+        refused."""
         found: list[VariantContext] = []
         refused: list[tuple[JSON, str]] = []
         seen: set[str] = set()
+        names = set(taken or ())
         for obj in (*listed.hpas, *listed.scaled_objects):
             meta = obj.get("metadata") or {}
             if meta.get("deletionTimestamp"):
@@ -116,6 +124,18 @@ class AnnotatedSource:
             if variant is None:
                 continue
             seen.add(uid)
+            series = (variant.namespace, variant.metrics_variant_name)
+            if series in names:
+                message = (
+                    f"{variant.source_kind} {variant.namespace}/{variant.name}: another variant already "
+                    f"exports its decision as variant_name={variant.target_name!r} (a VariantAutoscaling, "
+                    "or another annotated object for the same target): this one is ignored"
+                )
+                if self._reported.get(uid) != message:
+                    self._reported[uid] = message
+                    refused.append((obj, message))
+                continue
+            names.add(series)
             self._reported.pop(uid, None)
             found.append(
                 VariantContext(

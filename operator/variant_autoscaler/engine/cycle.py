@@ -356,7 +356,9 @@ class Engine:
         # 2. The variants: the VAs from the index (those this controller instance manages), and the
         # annotated objects.
         contexts = [c for c in (self.specs.context(body) for body in self._vas()) if self._managed(c)]
-        annotated, refused = self.annotated.contexts(listed)
+        annotated, refused = self.annotated.contexts(
+            listed, taken={(c.key[0], c.metrics_name) for c in contexts}
+        )
         for obj, message in refused:
             await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
