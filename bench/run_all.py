@@ -31,6 +31,7 @@ BENCHMARKS: tuple[str, ...] = (
     "policies",
     "profile_learning",
     "learning",
+    "scale_from_zero",
 )
 
 
