@@ -179,3 +179,13 @@ def test_the_floor_needs_every_ready_replica_to_report_and_ignores_unapplied_mod
     starting = SaturationInput(ready=1, metrics=(ReplicaMetrics(0.1, 0.0),))
     held = size_group([member("a", starting, 1)], V1_ONLY, floor=True)["a"]
     assert held.replicas == 2 and held.decided_by == "saturation-v1"
+
+
+def test_saturation_does_not_hold_a_model_sending_a_variant_to_zero() -> None:
+    # WVA 2025-10's scale to zero (WVA_SCALE_TO_ZERO, no load): the model's 0 stands; saturation's own
+    # floor is one replica.
+    quiet = _hot(1, kv=0.0)
+    allowed = SizingMember("a", 1, 1.0, 0, None, sized_by_model=True, model=(0, "no load"), saturation=quiet)
+    assert size_group([allowed], V1_ONLY, floor=True)["a"].replicas == 0
+    at_one = replace(allowed, min_replicas=1, model=(1, "min"))
+    assert size_group([at_one], V1_ONLY, floor=True)["a"].replicas == 1

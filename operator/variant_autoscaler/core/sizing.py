@@ -8,7 +8,8 @@ namespace) after the optimizer, so the operator, the simulator and ``plan`` deci
 * A variant **with a profile** is sized by the queueing model and the optimizer; with ``floor`` on
   (``SATURATION_FLOOR``, WVA's later rule) saturation is its safety floor: scale up if either asks, down
   only if both agree. Without fresh saturation metrics for every ready replica of the model (a replica
-  that does not report, a variant whose target could not be read) the model decides alone.
+  that does not report, a variant whose target could not be read) the model decides alone; and so it does
+  when it sends a variant whose minimum is 0 to zero (saturation's floor is one replica).
 * **Idle** (scale to zero): a variant whose minimum is 0, whose model may scale to zero, and for which no
   request succeeded within the retention period (a measured 0, never a missing series) goes to zero,
   unless a replica is starting or a request waits.
@@ -177,7 +178,10 @@ def size_group(
         if m.sized_by_model:
             if m.model is None:
                 continue  # the optimizer gave nothing (held, infeasible): the caller reports why
-            decision = with_model(m.model[0], m.model[1], sat if floor else None, m.current)
+            # Saturation's own floor is one replica: it does not speak for zero. A model that sends a
+            # variant allowed to reach zero there (no load at all, WVA 2025-10's scale to zero) decides.
+            to_zero = m.model[0] == 0 and m.min_replicas == 0
+            decision = with_model(m.model[0], m.model[1], sat if floor and not to_zero else None, m.current)
         elif sat is None:
             continue  # nothing read of it (no scale target): the caller reports why
         else:
