@@ -176,7 +176,8 @@ class PlanRequest:
     capacity: Mapping[str, int] | None
     classes_config_map: str = "service-classes-config"
     group_load_is_total: bool = True
-    # Saturation as the safety floor under the model's decisions (SATURATION_FLOOR).
+    # Saturation as the safety floor under the model's decisions (SATURATION_FLOOR); unlimited mode only
+    # (with a capacity, the plan's GPU bounds come first).
     saturation_floor: bool = False
 
 
@@ -413,9 +414,12 @@ def _with_saturation(
     groups: dict[tuple[str, str], list[PlannedVariant]] = {}
     for v in request.variants:
         groups.setdefault((v.key[0], v.model_id), []).append(v)
+    # In limited mode the plan is bounded by the GPUs there are, which saturation does not count: raising
+    # or holding a variant above it would leave replicas Pending. The floor is off there.
+    floor = request.saturation_floor and request.capacity is None
     sized = 0
     for members in groups.values():
-        if not request.saturation_floor and all(
+        if not floor and all(
             v.sized_by_model and v.key not in no_slo and (v.idle is None or not v.idle.enabled)
             for v in members
         ):
@@ -426,7 +430,7 @@ def _with_saturation(
         result = size_group(
             [_member(v, decisions.get(v.key), request.accelerators, v.key not in no_slo) for v in members],
             analyzers,
-            floor=request.saturation_floor,
+            floor=floor,
             avg_input_tokens=tokens,
         )
         for name, decision in result.items():

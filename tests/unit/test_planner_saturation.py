@@ -189,3 +189,11 @@ def test_saturation_does_not_hold_a_model_sending_a_variant_to_zero() -> None:
     assert size_group([allowed], V1_ONLY, floor=True)["a"].replicas == 0
     at_one = replace(allowed, min_replicas=1, model=(1, "min"))
     assert size_group([at_one], V1_ONLY, floor=True)["a"].replicas == 1
+
+
+def test_no_floor_in_limited_mode() -> None:
+    # The plan is bounded by the GPUs there are; saturation does not count them.
+    limited = replace(_request(_sample("a", 30.0, _hot(1))), capacity={"NVIDIA-A100-PCIE-80GB": 8})
+    limited = replace(limited, optimizer=replace(limited.optimizer, unlimited=False))
+    decision = OptimizerPlanner().plan(limited).decisions[(NS, "a")]
+    assert decision.replicas == 1 and decision.decided_by == "optimizer"
