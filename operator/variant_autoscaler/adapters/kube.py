@@ -589,14 +589,6 @@ class KubeClient:
             "PATCH", self.va_path(namespace, name), body=list(ops), content_type=JSON_PATCH
         )
 
-    async def patch_va_metadata(self, namespace: str, name: str, metadata: Mapping[str, Any]) -> JSON:
-        return await self.request(
-            "PATCH",
-            self.va_path(namespace, name),
-            body={"metadata": dict(metadata)},
-            content_type=MERGE_PATCH,
-        )
-
     # --- Events -------------------------------------------------------------------------------------
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:

@@ -16,6 +16,7 @@ Only the leader acts; a shadow-mode variant is never woken (shadow changes nothi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from variant_autoscaler.adapters.events import EventRecorder
 from variant_autoscaler.adapters.kube import KubeClient
 from variant_autoscaler.adapters.prometheus import Collector
+from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.errors import CollectionError, KubeError
 from variant_autoscaler.planner import VariantKey
 
@@ -128,6 +129,16 @@ class ZeroWaker:
             f"{queues.get(s.model_id, 0.0):g} requests for model {s.model_id}"
         )
         logger.info("%s/%s: %s", namespace, s.key[1], message)
-        await self.events.post(s.body, reason="ScaledFromZero", message=message, now=datetime.now(UTC))
+        uid = (s.body.get("metadata") or {}).get("uid") or ""
+        # Named after the version it scaled from: one Event per wake, even if posted twice.
+        suffix = hashlib.sha256(f"{uid}|ScaledFromZero|{version}".encode()).hexdigest()[:20]
+        await self.events.post(
+            s.body,
+            reason="ScaledFromZero",
+            message=message,
+            type_="Normal",
+            now=datetime.now(UTC),
+            name_suffix=suffix,
+        )
         self._trigger(f"{s.kind} {namespace}/{s.name} scaled from zero")
         return s.key

@@ -11,6 +11,7 @@ from variant_autoscaler.adapters.prometheus import (
     Collector,
     PrometheusClient,
     build_queries,
+    build_saturation_queries,
 )
 from variant_autoscaler.api.config import PrometheusConfig
 
@@ -23,11 +24,13 @@ def test_itl_reads_the_current_name_with_the_deprecated_one_as_fallback_in_one_q
     new, _, old = itl.partition(") or (")
     assert "vllm:inter_token_latency_seconds_sum" in new and "vllm:inter_token_latency_seconds_count" in new
     assert "vllm:time_per_output_token_seconds_sum" in old and "inter_token_latency" not in old
-    assert QUERIES_PER_CYCLE == 8  # the fallback costs no query
+    # The fallback costs no query: eight for load and latency (and three per pod for saturation).
+    assert len(build_queries(60.0)) == 8 and QUERIES_PER_CYCLE == 11
 
 
 def _collector(rows: dict[str, list[tuple[dict[str, str], float]]]) -> Collector:
-    by_query = {q: rows.get(name, []) for name, q in build_queries(60.0).items()}
+    queries = {**build_queries(60.0), **build_saturation_queries(60.0)}
+    by_query = {q: rows.get(name, []) for name, q in queries.items()}
 
     def handler(request: httpx.Request) -> httpx.Response:
         result = [{"metric": m, "value": [NOW, repr(v)]} for m, v in by_query[request.url.params["query"]]]
