@@ -120,8 +120,8 @@ def test_scenario_10_annotated_hpa_scales_out_on_wva_desired_replicas(
     ns, target = scenario_namespace, "mistral-decode"
     kubeconfig = install_operator()
     # V1 for this model, named by the ConfigMap: an annotated object's default is V2, which counts KV-cache
-    # tokens, and this server (batch 4, a KV cache of 131,072 tokens) runs out of batch slots long before
-    # its cache fills: its overload shows in the waiting queue, which V1 reads.
+    # tokens, and this server (batch 4, a KV cache far larger than 4 requests need) runs out of batch
+    # slots long before its cache fills: its overload shows in the waiting queue, which V1 reads.
     later_configmaps("wva-saturation-scaling-config", {"default": 'analyzerName: ""'})
     _variant(full_cluster, kube, ns, target)
     full_cluster.apply(_annotated_hpa(ns, target))
