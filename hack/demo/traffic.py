@@ -266,10 +266,13 @@ class LoadDriver:
         segments: set[asyncio.Task[Any]] = set()
         k = 0
         due = loop.time()
+        urls: list[str] = []
         while not self._stopping.is_set():
             rpm = self.rpm
             if rpm > 0:
-                urls = await asyncio.to_thread(self.endpoints)
+                # The API server away: keep routing as before, as a Service's rules outlive it.
+                with contextlib.suppress(Exception):
+                    urls = await asyncio.to_thread(self.endpoints)
                 if urls:
                     task = loop.create_task(self._segment(urls, rpm, self._seed + k))
                     segments.add(task)

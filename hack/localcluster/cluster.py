@@ -264,6 +264,17 @@ class LocalCluster:
         if remove_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
+    def restart_apiserver(self, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver, keep it down ``down_seconds``, start it again and wait until it serves
+        (etcd and every other component stay up; their clients reconnect as they would to a real one)."""
+        self.supervisor.stop("kube-apiserver")
+        if down_seconds > 0:
+            time.sleep(down_seconds)
+        apiserver = self._start_apiserver()
+        wait_until(
+            self._apiserver_ready, timeout=timeout, what="kube-apiserver to serve again", process=apiserver
+        )
+
     def process(self, name: str) -> ManagedProcess:
         try:
             return self.supervisor.processes[name]
