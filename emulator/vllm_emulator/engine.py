@@ -60,6 +60,7 @@ import random
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from vllm_emulator.errors import ConfigError, EngineError
 
@@ -235,7 +236,76 @@ class EngineOutput:
         )
 
 
-class Engine:
+_Seq = TypeVar("_Seq", bound="Sequence")
+_Out = TypeVar("_Out", bound="EngineOutput")
+
+
+class _EngineCore(Generic[_Seq, _Out]):
+    """What both engine models share: the queue and batch views vLLM's gauges read, preemption by
+    recompute of the most recently admitted sequence, finishing, and the noise of a duration.
+
+    A subclass sets ``_now``, ``_running`` (admission order), ``_waiting`` (FIFO, preempted ones at the
+    head), ``_waiting_aborted``, ``_steps``, ``_out``, ``_rng`` and ``_sigma``, and implements
+    ``_release(seq)`` (take it out of the batch, free its KV) and ``last_token_time(seq)``.
+    """
+
+    _now: float
+    _running: dict[int, _Seq]
+    _waiting: deque[_Seq]
+    _waiting_aborted: int
+    _steps: int
+    _out: _Out
+    _rng: random.Random
+    _sigma: float
+
+    @property
+    def now(self) -> float:
+        """The engine's current time: the latest ``now`` it was given."""
+        return self._now
+
+    @property
+    def num_running(self) -> int:
+        """Sequences holding a batch slot (prefilling or decoding), as ``vllm:num_requests_running``."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences in the FIFO queue (including preempted ones), as ``vllm:num_requests_waiting``."""
+        return len(self._waiting) - self._waiting_aborted
+
+    @property
+    def completed_steps(self) -> int:
+        """Number of steps completed so far."""
+        return self._steps
+
+    def last_token_time(self, seq: _Seq) -> float | None:
+        raise NotImplementedError
+
+    def _release(self, seq: _Seq) -> None:
+        raise NotImplementedError
+
+    def _preempt_last(self, t: float) -> None:
+        """vLLM's recompute preemption of the most recently admitted sequence: back to the queue's head."""
+        seq = next(reversed(self._running.values()))
+        seq.last_token_time = self.last_token_time(seq)
+        self._release(seq)
+        seq.state = SeqState.WAITING
+        seq.num_preemptions += 1
+        self._out.preemptions += 1
+        self._waiting.appendleft(seq)
+
+    def _finish(self, seq: _Seq, t: float, reason: str) -> None:
+        seq.state = SeqState.FINISHED
+        seq.finish_time = t
+        seq.finish_reason = reason
+        self._out.finished.append(seq)
+
+    def _noise_factor(self) -> float:
+        sigma = self._sigma
+        return self._rng.lognormvariate(-0.5 * sigma * sigma, sigma)
+
+
+class Engine(_EngineCore[Sequence, EngineOutput]):
     """Continuous-batching engine: FIFO queue, bounded batch, KV cache with preemption (see module doc).
 
     The engine's time starts at ``start_time`` and only moves forward: every method taking ``now``
@@ -273,29 +343,9 @@ class Engine:
     # ------------------------------------------------------------------ public API
 
     @property
-    def now(self) -> float:
-        """The engine's current time: the latest ``now`` it was given."""
-        return self._now
-
-    @property
-    def num_running(self) -> int:
-        """Sequences holding a batch slot (prefilling or decoding), as ``vllm:num_requests_running``."""
-        return len(self._running)
-
-    @property
-    def num_waiting(self) -> int:
-        """Sequences in the FIFO queue (including preempted ones), as ``vllm:num_requests_waiting``."""
-        return len(self._waiting) - self._waiting_aborted
-
-    @property
     def kv_cache_usage(self) -> float:
         """Fraction (0–1) of the KV cache in use, as ``vllm:kv_cache_usage_perc``."""
         return self._kv_used() / self.config.kv_cache_tokens
-
-    @property
-    def completed_steps(self) -> int:
-        """Number of decode steps completed so far."""
-        return self._steps
 
     def submit(
         self,
@@ -586,22 +636,3 @@ class Engine:
             self._kv_other -= seq.prompt_tokens + seq._gen
         seq._epoch += 1
         del self._running[seq.seq_no]
-
-    def _preempt_last(self, t: float) -> None:
-        seq = next(reversed(self._running.values()))
-        seq.last_token_time = self.last_token_time(seq)
-        self._release(seq)
-        seq.state = SeqState.WAITING
-        seq.num_preemptions += 1
-        self._out.preemptions += 1
-        self._waiting.appendleft(seq)
-
-    def _finish(self, seq: Sequence, t: float, reason: str) -> None:
-        seq.state = SeqState.FINISHED
-        seq.finish_time = t
-        seq.finish_reason = reason
-        self._out.finished.append(seq)
-
-    def _noise_factor(self) -> float:
-        sigma = self._sigma
-        return self._rng.lognormvariate(-0.5 * sigma * sigma, sigma)

@@ -47,7 +47,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_emulator.costmodel import CostModel
-from vllm_emulator.engine import EngineOutput, SeqState
+from vllm_emulator.engine import EngineOutput, SeqState, _EngineCore
 from vllm_emulator.engine import Sequence as BaseSequence
 from vllm_emulator.errors import ConfigError, EngineError
 from vllm_emulator.kvcache import BlockPool
@@ -164,7 +164,7 @@ class V1Output(EngineOutput):
         )
 
 
-class V1Engine:
+class V1Engine(_EngineCore[V1Sequence, V1Output]):
     """vLLM-V1-like continuous batching (see the module doc). Time only moves forward."""
 
     def __init__(self, config: V1Config, *, start_time: float = 0.0) -> None:
@@ -207,24 +207,8 @@ class V1Engine:
     # ------------------------------------------------------------------ public API
 
     @property
-    def now(self) -> float:
-        return self._now
-
-    @property
-    def num_running(self) -> int:
-        return len(self._running)
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self._waiting) - self._waiting_aborted
-
-    @property
     def kv_cache_usage(self) -> float:
         return self._pool.usage()
-
-    @property
-    def completed_steps(self) -> int:
-        return self._steps
 
     def submit(
         self,
@@ -508,7 +492,7 @@ class V1Engine:
                 need += -(-(partial._nc + chunk) // bs) - -(-partial._nc // bs)
             if need <= pool.free or not self._running:
                 break
-            self._preempt_tail(t)
+            self._preempt_last(t)
             preempted = True
         pool.allocate(need)
         prefills: list[V1Sequence] = []
@@ -641,22 +625,3 @@ class V1Engine:
         seq._nc = 0
         seq._epoch += 1
         del self._running[seq.seq_no]
-
-    def _preempt_tail(self, t: float) -> None:
-        seq = next(reversed(self._running.values()))
-        seq.last_token_time = self.last_token_time(seq)
-        self._release(seq)
-        seq.state = SeqState.WAITING
-        seq.num_preemptions += 1
-        self._out.preemptions += 1
-        self._waiting.appendleft(seq)
-
-    def _finish(self, seq: V1Sequence, t: float, reason: str) -> None:
-        seq.state = SeqState.FINISHED
-        seq.finish_time = t
-        seq.finish_reason = reason
-        self._out.finished.append(seq)
-
-    def _noise_factor(self) -> float:
-        sigma = self._sigma
-        return self._rng.lognormvariate(-0.5 * sigma * sigma, sigma)

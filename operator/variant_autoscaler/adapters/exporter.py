@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -39,6 +38,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from variant_autoscaler.core.decision import Gauges
+
 if TYPE_CHECKING:
     from variant_autoscaler.adapters.metrics_auth import MetricsSecurity
 
@@ -48,30 +49,8 @@ WVA_LABELS: tuple[str, ...] = ("variant_name", "namespace", "accelerator_type")
 CONTROLLER_INSTANCE_LABEL = "controller_instance"
 
 
-@dataclass(frozen=True, slots=True)
-class VariantGauges:
-    """The exported view of one variant's latest decision (latencies in ms; None when unknown)."""
-
-    variant_name: str
-    namespace: str
-    accelerator: str
-    mode: str
-    desired_replicas: int
-    current_replicas: int
-    predicted_ttft_ms: float | None = None
-    predicted_itl_ms: float | None = None
-    observed_ttft_ms: float | None = None
-    observed_itl_ms: float | None = None
-    # What decided (the status reason's analyzer: "optimizer", "saturation-v1", ...), for the reason label
-    # of wva_replica_scaling_total when the decision changes.
-    scaling_reason: str = "optimizer"
-
-    @property
-    def desired_ratio(self) -> float:
-        """WVA's ratio: desired/current, or desired when nothing runs."""
-        if self.current_replicas == 0:
-            return float(self.desired_replicas)
-        return self.desired_replicas / self.current_replicas
+# The exported view of one variant's latest decision: the pure decision's gauges, as they are.
+VariantGauges = Gauges
 
 
 _ScalingKey = tuple[str, str, str, str, str]  # variant_name, namespace, accelerator_type, direction, reason

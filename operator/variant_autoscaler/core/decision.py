@@ -158,8 +158,16 @@ class Gauges:
     predicted_itl_ms: float | None = None
     observed_ttft_ms: float | None = None
     observed_itl_ms: float | None = None
-    # What decided (VariantPlan.decided_by), for wva_replica_scaling_total's reason label.
+    # What decided (VariantPlan.decided_by: "optimizer", "saturation-v1", ...), for the reason label of
+    # wva_replica_scaling_total when the decision changes.
     scaling_reason: str = "optimizer"
+
+    @property
+    def desired_ratio(self) -> float:
+        """WVA's ratio: desired/current, or desired when nothing runs."""
+        if self.current_replicas == 0:
+            return float(self.desired_replicas)
+        return self.desired_replicas / self.current_replicas
 
 
 @dataclass(frozen=True, slots=True)

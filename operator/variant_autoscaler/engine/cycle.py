@@ -31,7 +31,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -699,7 +699,7 @@ class Engine:
         rep = report(decision, result)
         await self.actuator.post_all(ctx, rep.events, now)
         if rep.gauges is not None:
-            self._gauges.append(VariantGauges(**asdict(rep.gauges)))
+            self._gauges.append(rep.gauges)
         mode = inputs.mode
         if not rep.write:
             self.exporter.status_writes_skipped.inc()
@@ -739,7 +739,7 @@ class Engine:
         rep = report(decide(inputs))
         await self.actuator.post_all(ctx, rep.events, now)
         if rep.gauges is not None:
-            self._gauges.append(VariantGauges(**asdict(rep.gauges)))
+            self._gauges.append(rep.gauges)
         self.annotated.remember(ctx, rep.status)
 
     async def _refuse(self, obj: Mapping[str, Any], message: str, now: datetime) -> None:
