@@ -54,8 +54,8 @@ from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.engine.actuate import Actuator
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
+from variant_autoscaler.engine.learning import ProfileLearner
 from variant_autoscaler.engine.translate import (
-    ProfileSource,
     SpecCache,
     VariantContext,
     actuation_mode,
@@ -131,7 +131,6 @@ class Engine:
         nodes: Callable[[], Iterable[inv.NodeGPUs]],
         clock: Callable[[], datetime] = _utcnow,
         collector_factory: Callable[[PrometheusConfig], Collector] | None = None,
-        profiles: ProfileSource | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -159,8 +158,8 @@ class Engine:
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
         self.specs = SpecCache()
-        # Where learned profiles come from (None: the spec's; a VA without one is sized by saturation).
-        self.profiles = profiles
+        # Profiles learned online, and which profile sizes each variant (engine/learning.py).
+        self.learning = ProfileLearner(settings, kube)
         self.configs = ConfigReader(settings, kube)
         self.annotated = AnnotatedSource(settings, kube)
         exporter.decisions.configure(
@@ -273,6 +272,7 @@ class Engine:
             started = time.monotonic()
             if self._leading_since is None:
                 self._leading_since = started
+                self.learning.new_term()  # another process may have led (and learned) meanwhile
             try:
                 await self.run_cycle()
             except VariantAutoscalerError as exc:
@@ -329,11 +329,12 @@ class Engine:
 
     async def _collector_for(self, cfg: PrometheusConfig) -> Collector:
         if self._collector is None or self._collector_cfg != cfg:
-            if self._collector is not None:
-                await self._collector.client.aclose()
-                self._collector = None
+            # Replaced before anything is awaited: the cycle's concurrent reads share one collector.
+            old, self._collector = self._collector, None
             self._collector = self._collector_factory(cfg)
             self._collector_cfg = cfg
+            if old is not None:
+                await old.client.aclose()
         return self._collector
 
     def _managed(self, ctx: VariantContext) -> bool:
@@ -363,11 +364,14 @@ class Engine:
             await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
 
-        # 3. Scale targets and the metrics (one fixed query set for everything): independent reads,
-        # made at the same time.
-        _, (snapshot, metrics_error) = await asyncio.gather(
+        # 3. Scale targets and the metrics (fixed query sets for everything: the model's load, the
+        # profile learning's pod windows): independent reads, made at the same time.
+        _, (snapshot, metrics_error), (windows, _) = await asyncio.gather(
             self._read_targets(everything),
             self._collect(cfg, started_wall, self._retentions(everything, cycle)),
+            self.learning.collect(
+                lambda: self._collector_for(cfg.prometheus), started_wall.timestamp(), cfg.interval_seconds
+            ),
         )
         hpas = self._hpas(listed, everything)
         queries = 0
@@ -378,6 +382,7 @@ class Engine:
 
         # 4. Plan.
         assign_pods(everything, snapshot)
+        self.learning.apply(everything, windows, started_wall, cycle.listed)
         self._plan_variants(everything, snapshot, cycle)
         outcome = await self._plan(everything, cycle, config_error)
 
@@ -402,6 +407,7 @@ class Engine:
                 ctx, outcome=outcome, cfg=cfg, config_error=config_error, metrics_error=metrics_error,
                 now=started_wall,
             )  # fmt: skip
+        await self.learning.persist(annotated, started_wall, cfg.status_refresh_seconds)
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
 
         # 6. Exported gauges, cycle metrics.
@@ -487,7 +493,6 @@ class Engine:
                     cycle,
                     analyzers=analyzers,
                     woken=self.zero.woken_within(ctx.key, retention),
-                    profiles=self.profiles,
                 )
 
     async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
@@ -698,6 +703,8 @@ class Engine:
         result = None if decision.settled is not None else await self.actuator.actuate(ctx, decision)
         rep = report(decision, result)
         await self.actuator.post_all(ctx, rep.events, now)
+        if ctx.learning is not None:
+            await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
             self._gauges.append(VariantGauges(**asdict(rep.gauges)))
         mode = inputs.mode
@@ -738,6 +745,8 @@ class Engine:
         )
         rep = report(decide(inputs))
         await self.actuator.post_all(ctx, rep.events, now)
+        if ctx.learning is not None:
+            await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
             self._gauges.append(VariantGauges(**asdict(rep.gauges)))
         self.annotated.remember(ctx, rep.status)
