@@ -382,7 +382,8 @@ async def test_an_idle_variant_goes_to_zero_and_missing_counters_never_do() -> N
     _busy(h, "vllme-l4", 1, kv=0.0)
     before = h.prom.queries
     report = await h.engine.run_cycle()  # no idle series: unknown, not idle
-    assert report.promql_queries == h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + 1  # one idle query
+    # One idle query beside the fixed sets.
+    assert report.promql_queries == h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + 1
     assert h.replicas("vllme-l4") == 1
     h.prom.set_requests(MODEL, NS, 0.0)
     await h.engine.run_cycle()

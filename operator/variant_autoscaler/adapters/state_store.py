@@ -4,8 +4,9 @@ of our own (annotated HPAs and ScaledObjects).
 Each managed object's state is one key of the ConfigMap's ``data`` (:func:`entry_key`), a compact JSON
 object of named sections (``{"learnedProfile": {...}}``), so that other per-object state can share the
 same ConfigMap and the same one write per cycle. The engine reads it when it starts leading, from the
-cycle's list of the operator namespace's ConfigMaps (:meth:`StateStore.load`), and writes it at most once per cycle, only when it changed
-(:meth:`StateStore.save`), with the resourceVersion it last saw (a 409 re-reads and retries once).
+cycle's list of the operator namespace's ConfigMaps (:meth:`StateStore.load`), and writes it at most
+once per cycle, only when it changed (:meth:`StateStore.save`), with the resourceVersion it last saw (a
+409 re-reads and retries once).
 
 Bounded: the ConfigMap holds at most :data:`MAX_BYTES` of entries (the API server refuses objects over
 1 MiB). Past it, the entries of the objects with the least state left out (``weight`` decides) are left

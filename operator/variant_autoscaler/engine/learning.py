@@ -10,9 +10,9 @@ continues from the stored state: the VA's ``status.learnedProfile`` (what this p
 while it leads: a status may be written less often than every cycle), or for an annotated HPA or
 ScaledObject its entry in the ConfigMap ``WVA_LEARNED_PROFILES_CONFIG_MAP`` of the operator's namespace
 (:class:`~variant_autoscaler.adapters.state_store.StateStore`, read from the cycle's list of ConfigMaps
-when this process starts leading, written at most once per cycle for all of them). The chosen profile goes to the planner
-(``ctx.profiles``); the status object, the Events and the reason's mention of the profile go to the
-variant's decision.
+when this process starts leading, written at most once per cycle for all of them). The chosen profile
+goes to the planner (``ctx.profiles``); the status object, the Events and the reason's mention of the
+profile go to the variant's decision.
 """
 
 from __future__ import annotations

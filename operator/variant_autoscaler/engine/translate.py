@@ -51,6 +51,7 @@ __all__ = [
     "target_view",
 ]
 
+
 @dataclass
 class VariantContext:
     """One variant in one cycle — a VariantAutoscaling, or an annotated HPA or ScaledObject
