@@ -10,17 +10,19 @@ A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantA
 changed or deleted, one of the ConfigMaps changes, or the GPU inventory changes. Only the leader runs
 cycles. Per cycle, whatever the number of variants: one list of the operator namespace's ConfigMaps
 (:mod:`.configs`), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
-:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator), a
-fixed set of PromQL queries, one plan for all variants, and then for each variant at most one scale patch
-and one status write (with its resourceVersion, retried on 409 with a fresh read), plus Events when a
-decision changes. Beside the cycles, a fast loop scales variants from zero (:mod:`.zero`).
+:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator),
+fixed sets of PromQL queries (the load; the profile learning's pod windows, :mod:`.learning`), one plan
+for all variants, and then for each variant at most one scale patch and one status write (with its
+resourceVersion, retried on 409 with a fresh read), plus Events when a decision or the profile source
+changes; at most one write of the annotated objects' learned profiles (one ConfigMap). Beside the
+cycles, a fast loop scales variants from zero (:mod:`.zero`).
 
 With ``CONTROLLER_INSTANCE`` set, only the VAs (and annotated objects) labelled
 ``wva.llmd.ai/controller-instance`` with its value are managed; unset, every one.
 
 Everything a cycle needs from the past lives in the VariantAutoscaling status (the last decision, the
-recommendations of the stabilisation window, the last scale time, the last time metrics were good), so
-a restarted operator continues where the previous one stopped.
+recommendations of the stabilisation window, the last scale time, the last time metrics were good, the
+learned profile), so a restarted operator continues where the previous one stopped.
 """
 
 from __future__ import annotations
