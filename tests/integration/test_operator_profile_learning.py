@@ -153,6 +153,7 @@ def test_a_va_without_a_profile_ends_up_sized_by_the_model_with_the_learned_prof
     ready = conditions(va)["OptimizationReady"]
     assert ready["status"] == "True", ready
     reason = va["status"]["desiredOptimizedAlloc"]["reason"]
+    # The queueing model sized it (saturation may agree, as the floor: "model+saturation-v1: ...").
     assert "[learned profile, confidence" in reason and not reason.startswith("saturation"), reason
     changed = [e for e in events(full_cluster, full_namespace, NAME) if e["reason"] == "ProfileSourceChanged"]
     assert any("saturation -> learned" in e["message"] for e in changed), changed

@@ -25,7 +25,7 @@ from variant_autoscaler.core.decision import DecisionInputs, MetricsView, Target
 from variant_autoscaler.core.learning import LearningResult
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.profile_choice import ProfileSource
-from variant_autoscaler.core.saturation import ReplicaMetrics
+from variant_autoscaler.core.saturation import MODEL, ReplicaMetrics
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
@@ -402,7 +402,9 @@ def _with_profile(plan: VariantPlan | None, ctx: VariantContext) -> VariantPlan 
     if plan is None or result is None:
         return plan
     choice = result.choice
-    if plan.decided_by == "optimizer" and ctx.profiles != ():
+    # The queueing model decided, alone or with saturation agreeing ("model+saturation-v1", ...).
+    by_model = plan.decided_by == "optimizer" or MODEL in plan.decided_by.split("+")
+    if by_model and ctx.profiles != ():
         if choice.source is ProfileSource.LEARNED:
             text = f"learned profile, confidence {result.learned.confidence.value}"
         else:
