@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
+from variant_autoscaler.adapters.profile_metrics import build_queries as build_profile_queries
 from variant_autoscaler.adapters.prometheus import (
     GATEWAY_QUEUE_QUERY,
     Collector,
@@ -49,6 +50,7 @@ _PLURALS = {
     "scaledobjects": ("keda.sh", "v1alpha1"),
 }
 _IDLE = re.compile(r"increase\(vllm:request_success_total\[(\w+)\]\)")
+_WINDOW = re.compile(r"\[(\d+)s\]")
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|scale))?$"
@@ -231,6 +233,12 @@ class FakeKube:
                     patch = {"status": patch.get("status")}
                 obj = merge_patch(obj, patch)
             return self._stored(key, obj)
+        if request.method == "PUT" and sub is None:
+            sent = json.loads(request.content)
+            wanted_rv = (sent.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv is not None and wanted_rv != obj["metadata"]["resourceVersion"]:
+                return _status(409, "the object has been modified")
+            return self._stored(key, sent)
         if request.method == "PUT" and sub == "status":
             sent = json.loads(request.content)
             self._inject_status_conflict(obj)
@@ -275,6 +283,8 @@ class FakePrometheus:
         self.series: dict[tuple[str, str], dict[str, float]] = {}
         self.pods: dict[tuple[str, str, str], dict[str, float]] = {}
         self.requests_within: dict[tuple[str, str], float] = {}
+        # The profile learning's per-pod windows: (model, namespace, pod) -> query name -> value.
+        self.profile: dict[tuple[str, str, str], dict[str, float]] = {}
         self.gateway: dict[str, float] = {}
         self.down = False
         self.queries = 0
@@ -297,6 +307,25 @@ class FakePrometheus:
         if blocks is not None:
             row |= {"blocks": float(blocks), "block_size": float(block_size)}
         self.pods[(model, namespace, pod)] = row
+
+    def set_profile_window(self, model: str, namespace: str, pod: str, **values: float) -> None:
+        """One pod's answers to the profile learning's queries (adapters/profile_metrics.py's names:
+        itl_sum, itl_count, prefill_sum, prefill_count, prompt_tokens, running_avg, running_var)."""
+        self.profile[(model, namespace, pod)] = dict(values)
+
+    def _profile_result(self, query: str) -> list[dict[str, Any]] | None:
+        window = _WINDOW.search(query)
+        if window is None:
+            return None
+        names = {q: name for name, q in build_profile_queries(float(window[1])).items()}
+        name = names.get(query)
+        if name is None:
+            return None
+        return [
+            {"metric": {"model_name": m, "namespace": ns, "pod": pod}, "value": [self.now, repr(row[name])]}
+            for (m, ns, pod), row in self.profile.items()
+            if name in row
+        ]
 
     def set_requests(self, model: str, namespace: str, count: float) -> None:
         """Requests that succeeded within any retention period (the idle query)."""
@@ -351,6 +380,8 @@ class FakePrometheus:
                 {"metric": {"target_model_name": m}, "value": [self.now, repr(v)]}
                 for m, v in self.gateway.items()
             ]
+        elif (found := self._profile_result(query)) is not None:
+            result = found
         elif _IDLE.search(query):
             for (model, ns), count in self.requests_within.items():
                 labels = {"model_name": model, "namespace": ns}

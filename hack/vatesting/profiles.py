@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from variant_autoscaler.core.estimator import admission_batch, decode_batch
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.sim import scenario
 from vllm_emulator import engine
 
-__all__ = ["WVA_A100", "crd_accelerator", "engine_profile", "parms", "profile", "sim_profile"]
+__all__ = [
+    "WVA_A100",
+    "crd_accelerator",
+    "engine_profile",
+    "parms",
+    "profile",
+    "profile_window",
+    "sim_profile",
+]
 
 WVA_A100 = ServiceParms(alpha=20.58, beta=0.41, gamma=20.58, delta=0.041)
 
@@ -55,4 +64,26 @@ def crd_accelerator(
             "decodeParms": {"alpha": repr(parms.alpha), "beta": repr(parms.beta)},
             "prefillParms": {"gamma": repr(parms.gamma), "delta": repr(parms.delta)},
         },
+    }
+
+
+def profile_window(
+    truth: ServiceParms, running: float, *, prompt_tokens: float = 200.0, max_batch: int | None = None
+) -> dict[str, float]:
+    """A pod's answers to the profile learning's queries (adapters/profile_metrics.py) for a server with
+    parameters ``truth`` that ran ``running`` requests on average through a steady window: mean
+    inter-token latency at the batch a token sees, mean prefill time at the batch a request joins (the
+    estimator's own relations, so a fit on such windows recovers ``truth``), 5 % of the time in prefill."""
+    a, b = truth.alpha, truth.beta
+    itl_ms = a + b * decode_batch(running, max_batch, a, b)
+    prefill_ms = truth.gamma + truth.delta * prompt_tokens * admission_batch(running, max_batch, a, b)
+    decoding, prefilling = 0.95 * running, 0.05 * running
+    return {
+        "itl_sum": decoding,
+        "itl_count": decoding / (itl_ms / 1000.0),
+        "prefill_sum": prefilling,
+        "prefill_count": prefilling / (prefill_ms / 1000.0),
+        "prompt_tokens": prompt_tokens,
+        "running_avg": running,
+        "running_var": running,
     }

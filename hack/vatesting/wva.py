@@ -5,6 +5,7 @@ shape, with the status the operator's pure builders (core/status.py) would write
 from __future__ import annotations
 
 import functools
+import math
 import string
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,12 @@ from hypothesis import strategies as hs
 
 from variant_autoscaler.api import v1alpha1
 from variant_autoscaler.core import status as st
+from variant_autoscaler.core.estimator import EstimatorState, LineState, learned_profile
+from variant_autoscaler.core.learning import learned_status
+from variant_autoscaler.core.linefit import Sums
 from variant_autoscaler.core.policy import Recommendation
+from variant_autoscaler.core.profile_choice import ProfileMode, choose_profile
+from variant_autoscaler.core.queueing import ServiceParms
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "llmd.ai_variantautoscalings.yaml"
@@ -133,6 +139,8 @@ def va_specs(draw: hs.DrawFn) -> dict[str, Any]:
         spec["variantCost"] = draw(decimals.filter(lambda s: len(s) <= 32))
     if draw(hs.booleans()):
         spec["actuation"] = {"mode": draw(hs.sampled_from(v1alpha1.ACTUATION_MODES))}
+    if draw(hs.booleans()):
+        spec["profileSource"] = draw(hs.sampled_from(v1alpha1.PROFILE_SOURCE_CHOICES))
     return spec
 
 
@@ -157,6 +165,37 @@ _REASONS = (
     st.REASON_INVALID_CONFIGURATION,
     st.REASON_SCALED,
 )
+
+
+_WINDOW_FIGURES = hs.floats(0.0, 1e6) | hs.sampled_from([0.0, 1e300, -1.0, float("nan"), float("inf")])
+
+
+@hs.composite
+def learned_statuses(draw: hs.DrawFn, accelerator: str | None, now: datetime) -> dict[str, Any]:
+    """A ``status.learnedProfile`` as core/learning.py builds it, from states an estimator may reach
+    (any sums and published values, drift and hold times, counts) and choices with long reasons."""
+    line = hs.builds(
+        LineState,
+        sums=hs.builds(
+            Sums.from_list, hs.lists(_WINDOW_FIGURES.filter(math.isfinite), min_size=10, max_size=10)
+        ),
+        intercept=hs.none() | hs.floats(0.0, 1e12),
+        slope=hs.none() | hs.floats(0.0, 1e12),
+        drift_run=hs.integers(-10, 10),
+        updated_at=hs.none() | hs.floats(0, 4e9),
+        drift_at=hs.none() | hs.floats(0, 4e9),
+        outliers=hs.integers(0, 10**9),
+        windows=hs.integers(0, 10**9),
+    )
+    state = draw(
+        hs.builds(EstimatorState, decode=line, prefill=line, updated_at=hs.none() | hs.floats(0, 4e9))
+    )
+    mode = draw(hs.sampled_from(list(ProfileMode)))
+    hand = draw(hs.none() | hs.builds(ServiceParms, *(hs.floats(0.001, 1e4) for _ in range(4))))
+    learned = learned_profile(state, hand)
+    choice = choose_profile(mode, hand, learned)
+    note = draw(hs.none() | _texts(600))
+    return learned_status(accelerator, state, learned, choice, now, note=note)
 
 
 @hs.composite
@@ -238,6 +277,7 @@ def vas_with_status(draw: hs.DrawFn) -> dict[str, Any]:
             ),
             recommendations=recs,
             last_metrics_time=draw(hs.none() | hs.just(now)),
+            learned_profile=draw(hs.none() | learned_statuses(accelerator or None, now)),
         )
     )
     body["status"] = st.strip_nulls(status)

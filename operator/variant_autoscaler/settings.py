@@ -119,6 +119,15 @@ class Settings(BaseSettings):
     # while some variant is at zero replicas (engine/zero.py).
     scale_from_zero_interval_seconds: float = Field(default=0.5, gt=0)
 
+    # Learn every variant's α β γ δ online from its pods' vLLM metrics (docs/profiles.md): seven PromQL
+    # queries per cycle. Off: the spec's modelProfile sizes a variant, saturation one without it.
+    profile_learning: bool = True
+    # Where the learned profiles of annotated HPAs and ScaledObjects (no status of their own) are kept,
+    # in the operator namespace.
+    learned_profiles_config_map: str = Field(
+        default="variant-autoscaler-learned-profiles", min_length=1, max_length=253
+    )
+
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
     prometheus_retries: int = Field(default=2, ge=0)
 

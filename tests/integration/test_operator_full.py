@@ -13,6 +13,7 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.pytest_plugin import Emulator
+from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from vatesting.harness import (
     EMULATOR,
@@ -126,7 +127,8 @@ def test_wva_sample_gets_a_correct_status_and_a_load_change_changes_the_decision
         assert operator.metric("inferno_desired_replicas", **labels) == 1
         assert operator.metric("inferno_current_replicas", **labels) == 1
         queries = operator.metric("variant_autoscaler_promql_queries_last_cycle")
-        assert queries == QUERIES_PER_CYCLE == 11  # load and latency, and the saturation analyzers' inputs
+        # Load and latency, the saturation analyzers' inputs, and the profile learning's pod windows.
+        assert queries == QUERIES_PER_CYCLE + PROFILE_QUERIES == 18
 
         # Six times the load: more replicas are wanted (metrics mode: the HPA would apply them).
         loads.pop().stop()

@@ -40,6 +40,7 @@ from vatesting.harness import (
 )
 
 LEASE = "variant-autoscaler-leader"
+LEARNED_PROFILES = "variant-autoscaler-learned-profiles"
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
 # (group, resource, subresource); namespaced unless in CLUSTER_SCOPED.
@@ -101,7 +102,7 @@ SERVING = {
 }
 INVENTORY = {("", "nodes", ""): {"list", "watch"}, ("", "pods", ""): {"list"}}
 OWN_NAMESPACE = {
-    ("", "configmaps", ""): {"get", "list", "watch"},
+    ("", "configmaps", ""): {"get", "list", "watch", "create"},
     ("coordination.k8s.io", "leases", ""): {"create"},
 }
 
@@ -118,9 +119,11 @@ def _questions(install: Install) -> list[Question]:
                 out.append((verb, group, resource, sub, "", ""))
             else:
                 out.extend((verb, group, resource, sub, ns, "") for ns in namespaces)
-    for verb in VERBS:  # the Lease by name: only its own
+    for verb in VERBS:  # the Lease and the learned profiles' ConfigMap by name: only its own
         for name in (LEASE, "someone-elses"):
             out.append((verb, "coordination.k8s.io", "leases", "", install.operator_ns, name))
+        for name in (LEARNED_PROFILES, "someone-elses"):
+            out.append((verb, "", "configmaps", "", install.operator_ns, name))
     return out
 
 
@@ -140,6 +143,8 @@ def _expected(
         return True
     if key == ("coordination.k8s.io", "leases", "") and ns == install.operator_ns and name == LEASE:
         return verb in {"get", "update"}
+    if key == ("", "configmaps", "") and ns == install.operator_ns and name == LEARNED_PROFILES:
+        return verb == "update"
     if clusterwide and verb in SERVING.get(key, set()) | INVENTORY.get(key, set()):
         return True
     if not clusterwide and ns == install.served_ns and verb in SERVING.get(key, set()):

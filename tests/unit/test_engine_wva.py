@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.settings import Settings
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, deployment, load_yaml
@@ -381,7 +382,8 @@ async def test_an_idle_variant_goes_to_zero_and_missing_counters_never_do() -> N
     _busy(h, "vllme-l4", 1, kv=0.0)
     before = h.prom.queries
     report = await h.engine.run_cycle()  # no idle series: unknown, not idle
-    assert report.promql_queries == h.prom.queries - before == QUERIES_PER_CYCLE + 1  # one idle query
+    # One idle query beside the fixed sets.
+    assert report.promql_queries == h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + 1
     assert h.replicas("vllme-l4") == 1
     h.prom.set_requests(MODEL, NS, 0.0)
     await h.engine.run_cycle()
@@ -433,7 +435,7 @@ async def test_every_generation_of_sample_reaches_a_decision_with_a_fixed_query_
     before = h.prom.queries
     report = await h.engine.run_cycle()
     assert report.variants == 15
-    assert h.prom.queries - before == QUERIES_PER_CYCLE
+    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
     assert h.kube.writes("GET", "/configmaps") == 1 * h.engine.cycles_completed  # one LIST per cycle
 
 

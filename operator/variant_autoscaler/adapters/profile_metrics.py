@@ -25,7 +25,6 @@ service time. Which pods belong to which variant is the caller's knowledge (the 
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -188,18 +187,9 @@ class ProfileMetrics:
         if not window_seconds > 0:
             raise CollectionError(f"the profile window must be > 0 seconds, got {window_seconds}")
         queries = build_queries(window_seconds)
-        names = list(queries)
-        results = await asyncio.gather(
-            *(self.client.query(queries[name], at=now) for name in names), return_exceptions=True
-        )
-        values: dict[str, dict[PodKey, float]] = {}
-        for name, result in zip(names, results, strict=True):
-            if isinstance(result, CollectionError):
-                raise result
-            if isinstance(result, BaseException):
-                raise CollectionError(f"Prometheus query {name!r} failed: {result}") from result
-            values[name] = _by_key(result)
+        raw = await self.client.query_set(queries, at=now)
+        values = {name: _by_key(samples) for name, samples in raw.items()}
         windows = windows_from_values(values, now=now, window_seconds=window_seconds)
         return ProfileSnapshot(
-            taken_at=now, window_seconds=window_seconds, windows=tuple(windows), queries=len(names)
+            taken_at=now, window_seconds=window_seconds, windows=tuple(windows), queries=len(queries)
         )

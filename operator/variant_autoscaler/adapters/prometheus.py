@@ -266,6 +266,30 @@ class PrometheusClient:
                 await asyncio.sleep(delay)
                 attempt += 1
 
+    async def query_set(self, queries: Mapping[str, str], *, at: float) -> dict[str, list[Sample]]:
+        """Run a named set of instant queries at once, within one deadline (``cycle_timeout``) whatever
+        each one's retries do; each one's samples by name, or a :class:`CollectionError` if any failed."""
+        names = list(queries)
+        deadline = asyncio.get_running_loop().time() + self.cycle_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                results = await asyncio.gather(
+                    *(self.query(queries[name], at=at, deadline=deadline) for name in names),
+                    return_exceptions=True,
+                )
+        except TimeoutError:
+            raise CollectionError(
+                f"the cycle's Prometheus queries did not complete within {self.cycle_timeout:g}s"
+            ) from None
+        out: dict[str, list[Sample]] = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, CollectionError):
+                raise result
+            if isinstance(result, BaseException):
+                raise CollectionError(f"Prometheus query {name!r} failed: {result}") from result
+            out[name] = result
+        return out
+
     async def _query_once(self, params: dict[str, str]) -> list[Sample]:
         headers = {}
         token = self._token.get()
@@ -484,28 +508,8 @@ class Collector:
         queries = {**build_queries(window_seconds), **build_saturation_queries(window_seconds)}
         retentions = sorted(set(retention_periods))
         queries.update({f"idle_{r:g}": idle_query(r) for r in retentions})
-        names = list(queries)
-        # One deadline for the whole set (the queries run at once), whatever each one's retries do.
-        deadline = asyncio.get_running_loop().time() + self.client.cycle_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                results = await asyncio.gather(
-                    *(self.client.query(queries[name], at=now, deadline=deadline) for name in names),
-                    return_exceptions=True,
-                )
-        except TimeoutError:
-            raise CollectionError(
-                f"the cycle's Prometheus queries did not complete within {self.client.cycle_timeout:g}s"
-            ) from None
-        values: dict[str, dict[ModelKey, float]] = {}
-        raw: dict[str, list[Sample]] = {}
-        for name, result in zip(names, results, strict=True):
-            if isinstance(result, CollectionError):
-                raise result
-            if isinstance(result, BaseException):
-                raise CollectionError(f"Prometheus query {name!r} failed: {result}") from result
-            raw[name] = result
-            values[name] = _by_key(result)
+        raw = await self.client.query_set(queries, at=now)
+        values = {name: _by_key(samples) for name, samples in raw.items()}
         by_key: dict[ModelKey, ModelMetrics] = {}
         for key, newest in values["newest"].items():
 
@@ -532,7 +536,7 @@ class Collector:
             taken_at=now,
             staleness_seconds=staleness_seconds,
             by_key=by_key,
-            queries=len(names),
+            queries=len(queries),
             pods_by_key=_pods(raw["pod_kv_usage"], raw["pod_waiting"], raw["pod_kv_capacity"]),
             requests_within={r: values[f"idle_{r:g}"] for r in retentions},
         )

@@ -179,6 +179,11 @@ class ScaleDownSpec(_Model):
     )
 
 
+#: Which profile sizes the variant (``spec.profileSource``): docs/profiles.md.
+ProfileSourceChoice = Literal["auto", "spec", "learned"]
+PROFILE_SOURCE_CHOICES: tuple[ProfileSourceChoice, ...] = ("auto", "spec", "learned")
+
+
 class VariantAutoscalingSpec(_Model):
     model_id: str = Field(alias="modelID", min_length=1, max_length=MODEL_ID_MAX)
     # Optional since WVA v0.4; read them through slo_class_ref / model_profile (never None) or test
@@ -194,6 +199,7 @@ class VariantAutoscalingSpec(_Model):
     actuation: ActuationSpec | None = None
     share_model_load: bool | None = Field(default=None, alias="shareModelLoad")
     scale_down: ScaleDownSpec | None = Field(default=None, alias="scaleDown")
+    profile_source: ProfileSourceChoice | None = Field(default=None, alias="profileSource")
 
     @model_validator(mode="after")
     def _min_le_max(self) -> VariantAutoscalingSpec:
@@ -341,6 +347,46 @@ class Condition(_Model):
     message: str = Field(max_length=32768)
 
 
+Confidence = Literal["high", "medium", "low", "none"]
+LEARNED_NOTE_MAX = 256
+LEARNED_REASON_MAX = 1024
+LEARNED_STATE_MAX = 4096
+
+
+class LearnedParameter(_Model):
+    """One learned parameter: its value (ms, or ms per unit of its regressor), where it comes from
+    (``learned``, ``prior``: the hand profile's, kept; ``none``), how sure the estimator is, and why."""
+
+    value: _Decimal | None = None
+    source: Literal["learned", "prior", "none"]
+    confidence: Confidence
+    relative_error: _Decimal | None = Field(default=None, alias="relativeError")
+    impact: _Decimal | None = None
+    note: str | None = Field(default=None, max_length=LEARNED_NOTE_MAX)
+
+
+class LearnedProfileStatus(_Model):
+    """``status.learnedProfile``: the profile learned online, the source that sized the variant, and the
+    estimator's state (compact JSON) that a restarted operator continues from (docs/profiles.md)."""
+
+    accelerator: str | None = Field(default=None, min_length=1, max_length=ACCELERATOR_NAME_MAX)
+    source: Literal["spec", "learned", "saturation"]
+    reason: str | None = Field(default=None, max_length=LEARNED_REASON_MAX)
+    confidence: Confidence
+    alpha: LearnedParameter | None = None
+    beta: LearnedParameter | None = None
+    gamma: LearnedParameter | None = None
+    delta: LearnedParameter | None = None
+    decode_windows: _Decimal | None = Field(default=None, alias="decodeWindows")
+    prefill_windows: _Decimal | None = Field(default=None, alias="prefillWindows")
+    last_learned_time: datetime | None = Field(default=None, alias="lastLearnedTime")
+    held_until: datetime | None = Field(default=None, alias="heldUntil")
+    drift_time: datetime | None = Field(default=None, alias="driftTime")
+    last_run_time: datetime | None = Field(default=None, alias="lastRunTime")
+    note: str | None = Field(default=None, max_length=LEARNED_NOTE_MAX)
+    state: str | None = Field(default=None, max_length=LEARNED_STATE_MAX)
+
+
 class VariantAutoscalingStatus(_Model):
     current_alloc: Allocation | None = Field(default=None, alias="currentAlloc")
     desired_optimized_alloc: OptimizedAlloc | None = Field(default=None, alias="desiredOptimizedAlloc")
@@ -349,6 +395,7 @@ class VariantAutoscalingStatus(_Model):
     last_metrics_time: datetime | None = Field(default=None, alias="lastMetricsTime")
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
     conditions: list[Condition] | None = Field(default=None, max_length=32)
+    learned_profile: LearnedProfileStatus | None = Field(default=None, alias="learnedProfile")
 
     def condition(self, type_: str) -> Condition | None:
         for cond in self.conditions or ():

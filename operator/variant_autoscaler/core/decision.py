@@ -132,6 +132,8 @@ class DecisionInputs:
     pending_timeout_seconds: float = 600.0
     batch_stable_cycles: int = 3
     status_refresh_seconds: float = 0.0
+    # ``status.learnedProfile`` as this cycle computed it (core/learning.py); None: left as stored.
+    learned_profile: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +515,7 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
         ),
         recommendations=decision.policy.history,
         last_metrics_time=decision.last_metrics_time,
+        learned_profile=inp.learned_profile,
     )
     status = st.build_status(status_inputs)
 

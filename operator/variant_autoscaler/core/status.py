@@ -280,6 +280,8 @@ class StatusInputs:
     actuation: ActuationView | None = None
     recommendations: tuple[Recommendation, ...] = ()
     last_metrics_time: datetime | None = None
+    # ``status.learnedProfile`` (core/learning.py); None leaves the stored one as it is.
+    learned_profile: Mapping[str, Any] | None = None
 
 
 def current_alloc_json(view: CurrentView) -> dict[str, Any]:
@@ -329,7 +331,7 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
                 else None
             ),
         }
-    return {
+    out: dict[str, Any] = {
         "currentAlloc": current_alloc_json(inp.current) if inp.current is not None else None,
         "desiredOptimizedAlloc": desired_alloc_json(inp.desired) if inp.desired is not None else None,
         "actuation": actuation,
@@ -343,13 +345,17 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
         # The schema's maxItems: the newest types (updates come last) are kept.
         "conditions": [c.to_json() for c in conditions[-32:]],
     }
+    if inp.learned_profile is not None:
+        out["learnedProfile"] = dict(inp.learned_profile)
+    return out
 
 
 def status_essentials(status: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """What must reach the API server as soon as it changes: the decision, what runs, the actuation,
-    the stabilisation history and the conditions' states. The rest (observed and predicted figures, the
-    reason and messages in words, cycle timestamps) changes nearly every cycle and can wait for a
-    periodic refresh (``STATUS_REFRESH_INTERVAL``)."""
+    the stabilisation history, the conditions' states and the profile source in use. The rest (observed
+    and predicted figures, the reason and messages in words, cycle timestamps, the learned profile's
+    figures and state) changes nearly every cycle and can wait for a periodic refresh
+    (``STATUS_REFRESH_INTERVAL``)."""
     s = strip_nulls(status or {})
 
     def pick(key: str, *fields: str) -> tuple[Any, ...]:
@@ -368,6 +374,7 @@ def status_essentials(status: Mapping[str, Any] | None) -> tuple[Any, ...]:
         tuple((r.get("time"), r.get("numReplicas")) for r in s.get("recommendations") or ()),
         s.get("observedGeneration"),
         tuple(conditions),
+        pick("learnedProfile", "source", "accelerator"),
     )
 
 

@@ -7,6 +7,8 @@ at once, decide per variant, write.
 * :mod:`.configs` — one cycle's configuration: every WVA generation's ConfigMaps, and the config file;
 * :mod:`.annotated` — WVA v0.9's annotated HPAs and ScaledObjects, listed each cycle as variants;
 * :mod:`.translate` — from API objects to the planner's and the decision's inputs;
+* :mod:`.learning` — profiles learned online: the pod windows, per variant the estimator and the choice
+  of profile, the annotated objects' state in one ConfigMap;
 * :mod:`.actuate` — the writes: scale and batch patches, status writes, Events, each on the version read
   and only while leading;
 * :mod:`.zero` — the fast loop that scales variants from zero on the inference gateway's queue;

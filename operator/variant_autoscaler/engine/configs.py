@@ -69,6 +69,8 @@ class CycleConfig:
     queueing: QueueingModelConfig = field(default_factory=QueueingModelConfig)
     #: Where the main configuration came from, weakest first (for the log).
     sources: tuple[str, ...] = ()
+    #: Every ConfigMap of the operator namespace as listed, by name (None: the list failed).
+    listed: Mapping[str, Mapping[str, Any]] | None = None
 
     def zero_for(self, model_id: str, namespace: str) -> ScaleToZero:
         """Scale to zero for a model: its ConfigMap entry, else ``WVA_SCALE_TO_ZERO`` (main config and
@@ -143,7 +145,8 @@ class ConfigReader:
         costs = parse_accelerator_costs(found.get(self.settings.accelerator_costs_config_map) or {})
         classes = parse_service_classes(found.get(self.settings.service_classes_config_map) or {})
         self._warn([*costs.problems, *classes.problems])
-        out = CycleConfig(main, error, costs, classes, sources=sources.sources)
+        bodies = {str((cm.get("metadata") or {}).get("name")): cm for cm in listed}
+        out = CycleConfig(main, error, costs, classes, sources=sources.sources, listed=bodies)
         if (sat := _first(found, SATURATION_CONFIG_MAP_NAMES)) is not None:
             out = replace(out, saturation=parse_saturation_config(sat[1], name=sat[0]))
         if (zero := _first(found, SCALE_TO_ZERO_CONFIG_MAP_NAMES)) is not None:

@@ -10,17 +10,19 @@ A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantA
 changed or deleted, one of the ConfigMaps changes, or the GPU inventory changes. Only the leader runs
 cycles. Per cycle, whatever the number of variants: one list of the operator namespace's ConfigMaps
 (:mod:`.configs`), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
-:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator), a
-fixed set of PromQL queries, one plan for all variants, and then for each variant at most one scale patch
-and one status write (with its resourceVersion, retried on 409 with a fresh read), plus Events when a
-decision changes. Beside the cycles, a fast loop scales variants from zero (:mod:`.zero`).
+:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator),
+fixed sets of PromQL queries (the load; the profile learning's pod windows, :mod:`.learning`), one plan
+for all variants, and then for each variant at most one scale patch and one status write (with its
+resourceVersion, retried on 409 with a fresh read), plus Events when a decision or the profile source
+changes; at most one write of the annotated objects' learned profiles (one ConfigMap). Beside the
+cycles, a fast loop scales variants from zero (:mod:`.zero`).
 
 With ``CONTROLLER_INSTANCE`` set, only the VAs (and annotated objects) labelled
 ``wva.llmd.ai/controller-instance`` with its value are managed; unset, every one.
 
 Everything a cycle needs from the past lives in the VariantAutoscaling status (the last decision, the
-recommendations of the stabilisation window, the last scale time, the last time metrics were good), so
-a restarted operator continues where the previous one stopped.
+recommendations of the stabilisation window, the last scale time, the last time metrics were good, the
+learned profile), so a restarted operator continues where the previous one stopped.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.engine.actuate import Actuator
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
+from variant_autoscaler.engine.learning import ProfileLearner
 from variant_autoscaler.engine.translate import (
-    ProfileSource,
     SpecCache,
     VariantContext,
     actuation_mode,
@@ -131,7 +133,6 @@ class Engine:
         nodes: Callable[[], Iterable[inv.NodeGPUs]],
         clock: Callable[[], datetime] = _utcnow,
         collector_factory: Callable[[PrometheusConfig], Collector] | None = None,
-        profiles: ProfileSource | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -159,8 +160,8 @@ class Engine:
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
         self.specs = SpecCache()
-        # Where learned profiles come from (None: the spec's; a VA without one is sized by saturation).
-        self.profiles = profiles
+        # Profiles learned online, and which profile sizes each variant (engine/learning.py).
+        self.learning = ProfileLearner(settings, kube)
         self.configs = ConfigReader(settings, kube)
         self.annotated = AnnotatedSource(settings, kube)
         exporter.decisions.configure(
@@ -273,6 +274,7 @@ class Engine:
             started = time.monotonic()
             if self._leading_since is None:
                 self._leading_since = started
+                self.learning.new_term()  # another process may have led (and learned) meanwhile
             try:
                 await self.run_cycle()
             except VariantAutoscalerError as exc:
@@ -329,11 +331,12 @@ class Engine:
 
     async def _collector_for(self, cfg: PrometheusConfig) -> Collector:
         if self._collector is None or self._collector_cfg != cfg:
-            if self._collector is not None:
-                await self._collector.client.aclose()
-                self._collector = None
+            # Replaced before anything is awaited: the cycle's concurrent reads share one collector.
+            old, self._collector = self._collector, None
             self._collector = self._collector_factory(cfg)
             self._collector_cfg = cfg
+            if old is not None:
+                await old.client.aclose()
         return self._collector
 
     def _managed(self, ctx: VariantContext) -> bool:
@@ -363,11 +366,14 @@ class Engine:
             await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
 
-        # 3. Scale targets and the metrics (one fixed query set for everything): independent reads,
-        # made at the same time.
-        _, (snapshot, metrics_error) = await asyncio.gather(
+        # 3. Scale targets and the metrics (fixed query sets for everything: the model's load, the
+        # profile learning's pod windows): independent reads, made at the same time.
+        _, (snapshot, metrics_error), (windows, _) = await asyncio.gather(
             self._read_targets(everything),
             self._collect(cfg, started_wall, self._retentions(everything, cycle)),
+            self.learning.collect(
+                lambda: self._collector_for(cfg.prometheus), started_wall.timestamp(), cfg.interval_seconds
+            ),
         )
         hpas = self._hpas(listed, everything)
         queries = 0
@@ -378,6 +384,7 @@ class Engine:
 
         # 4. Plan.
         assign_pods(everything, snapshot)
+        self.learning.apply(everything, windows, started_wall, cycle.listed)
         self._plan_variants(everything, snapshot, cycle)
         outcome = await self._plan(everything, cycle, config_error)
 
@@ -402,6 +409,7 @@ class Engine:
                 ctx, outcome=outcome, cfg=cfg, config_error=config_error, metrics_error=metrics_error,
                 now=started_wall,
             )  # fmt: skip
+        await self.learning.persist(annotated, started_wall, cfg.status_refresh_seconds)
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
 
         # 6. Exported gauges, cycle metrics.
@@ -487,7 +495,6 @@ class Engine:
                     cycle,
                     analyzers=analyzers,
                     woken=self.zero.woken_within(ctx.key, retention),
-                    profiles=self.profiles,
                 )
 
     async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
@@ -698,6 +705,8 @@ class Engine:
         result = None if decision.settled is not None else await self.actuator.actuate(ctx, decision)
         rep = report(decision, result)
         await self.actuator.post_all(ctx, rep.events, now)
+        if ctx.learning is not None:
+            await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
             self._gauges.append(rep.gauges)
         mode = inputs.mode
@@ -738,6 +747,8 @@ class Engine:
         )
         rep = report(decide(inputs))
         await self.actuator.post_all(ctx, rep.events, now)
+        if ctx.learning is not None:
+            await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
             self._gauges.append(rep.gauges)
         self.annotated.remember(ctx, rep.status)

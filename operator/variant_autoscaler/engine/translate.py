@@ -21,9 +21,11 @@ from variant_autoscaler.api.annotated import AnnotatedVariant
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
-from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView
+from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView, VariantPlan
+from variant_autoscaler.core.learning import LearningResult
 from variant_autoscaler.core.model import Profile
-from variant_autoscaler.core.saturation import ReplicaMetrics
+from variant_autoscaler.core.profile_choice import ProfileSource
+from variant_autoscaler.core.saturation import MODEL, ReplicaMetrics
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
@@ -37,7 +39,6 @@ from variant_autoscaler.planner import (
 )
 
 __all__ = [
-    "ProfileSource",
     "SpecCache",
     "VariantContext",
     "actuation_mode",
@@ -45,13 +46,10 @@ __all__ = [
     "decision_inputs",
     "metrics_view",
     "plan_variant",
+    "pod_owner",
     "short_validation",
     "target_view",
 ]
-
-#: Where a VA's performance profiles come from when not from its spec (profiles learned online): None
-#: keeps the spec's (and a VA without a modelProfile is sized by saturation).
-ProfileSource = Callable[[VariantAutoscaling, str], "tuple[Profile, ...] | None"]
 
 
 @dataclass
@@ -75,6 +73,10 @@ class VariantContext:
     pods: tuple[PodMetrics, ...] = ()
     # The previous status of an annotated object (kept in memory: it has no status of its own).
     memory: Mapping[str, Any] = field(default_factory=dict)
+    # This cycle's profile learning (engine/learning.py), and the profiles the planner gets: None keeps
+    # the spec's modelProfile; () sizes by saturation.
+    learning: LearningResult | None = None
+    profiles: tuple[Profile, ...] | None = None
 
     @property
     def model_id(self) -> str | None:
@@ -171,26 +173,41 @@ def actuation_mode(va: VariantAutoscaling, cfg: MainConfig) -> ActuationMode:
     return cfg.default_actuation_mode
 
 
-def assign_pods(contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None) -> None:
-    """Which of a model's serving pods belong to which variant (``ctx.pods``): a pod is named after its
-    workload (``<deployment>-<hash>-<suffix>``, ``<statefulset>-<ordinal>``), so it goes to the variant of
-    the same model and namespace whose target name is the longest prefix of the pod's name."""
-    if snapshot is None:
-        return
+def pod_owner(contexts: Sequence[VariantContext]) -> Callable[[str, str, str], VariantContext | None]:
+    """Which variant a serving pod belongs to, by ``(namespace, model, pod name)``: a pod is named after
+    its workload (``<deployment>-<hash>-<suffix>``, ``<statefulset>-<ordinal>``), so it goes to the variant
+    of the same model and namespace whose target name is the longest prefix of the pod's name."""
     groups: dict[tuple[str, str], list[VariantContext]] = {}
     for ctx in contexts:
         if ctx.target is not None and ctx.model_id is not None:
             groups.setdefault((ctx.key[0], ctx.model_id), []).append(ctx)
-    for (namespace, model), members in groups.items():
-        by_name = sorted(members, key=lambda c: len(c.target.name if c.target else ""), reverse=True)
-        owned: dict[int, list[PodMetrics]] = {}
+    for members in groups.values():
+        members.sort(key=lambda c: len(c.target.name if c.target else ""), reverse=True)
+
+    def owner(namespace: str, model: str, pod: str) -> VariantContext | None:
+        for ctx in groups.get((namespace, model), ()):
+            assert ctx.target is not None
+            if pod.startswith(f"{ctx.target.name}-"):
+                return ctx
+        return None
+
+    return owner
+
+
+def assign_pods(contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None) -> None:
+    """Which of a model's serving pods belong to which variant (``ctx.pods``, see :func:`pod_owner`)."""
+    if snapshot is None:
+        return
+    owner = pod_owner(contexts)
+    owned: dict[int, list[PodMetrics]] = {}
+    groups = {(c.key[0], c.model_id) for c in contexts if c.target is not None and c.model_id is not None}
+    for namespace, model in groups:
         for pod in snapshot.pods(model, namespace):
-            for ctx in by_name:
-                assert ctx.target is not None
-                if pod.pod.startswith(f"{ctx.target.name}-"):
-                    owned.setdefault(id(ctx), []).append(pod)
-                    break
-        for ctx in members:
+            found = owner(namespace, model, pod.pod)
+            if found is not None:
+                owned.setdefault(id(found), []).append(pod)
+    for ctx in contexts:
+        if ctx.target is not None and ctx.model_id is not None:
             ctx.pods = tuple(owned.get(id(ctx), ()))
 
 
@@ -215,13 +232,12 @@ def plan_variant(
     *,
     analyzers: tuple[AnalyzerConfig, ...] = (),
     woken: bool = False,
-    profiles: ProfileSource | None = None,
 ) -> None:
     """The planner's view of the variant (``ctx.planned``), once its target is read.
 
     ``analyzers``: the saturation analyzers of its model; ``woken``: scaled from zero within its
-    retention period (not idle, whatever the counter says); ``profiles``: where learned profiles come
-    from (the spec's otherwise)."""
+    retention period (not idle, whatever the counter says). Its profiles are ``ctx.profiles`` when the
+    profile learning chose them (engine/learning.py), the spec's otherwise."""
     if ctx.invalid or ctx.target is None or (ctx.va is None and ctx.annotated is None):
         return
     model, namespace, cfg = ctx.model_id or "", ctx.key[0], cycle.main
@@ -250,8 +266,8 @@ def plan_variant(
         ctx.planned = PlannedVariant(
             key=ctx.key,
             model_id=model,
-            profiles=(),
-            accelerator=None,
+            profiles=ctx.profiles or (),
+            accelerator=ctx.accelerator if ctx.profiles else None,
             current_replicas=ctx.target.spec_replicas,
             load=load,
             min_replicas=a.min_replicas,
@@ -270,7 +286,7 @@ def plan_variant(
             current_max_batch=ctx.target.max_num_seqs,
             load=load,
             config=cfg,
-            profiles=profiles(ctx.va, namespace) if profiles is not None else None,
+            profiles=ctx.profiles,
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"
@@ -368,7 +384,7 @@ def decision_inputs(
         metrics=metrics_view(ctx.lookup),
         metrics_error=metrics_error,
         config_error=config_error,
-        plan=outcome.decisions.get(ctx.key),
+        plan=_with_profile(outcome.decisions.get(ctx.key), ctx),
         plan_failure=outcome.failures.get(ctx.key),
         plan_status=outcome.status,
         unit_cost=unit_cost,
@@ -376,7 +392,28 @@ def decision_inputs(
         pending_timeout_seconds=cfg.pending_timeout_seconds,
         batch_stable_cycles=cfg.batch_stable_cycles,
         status_refresh_seconds=cfg.status_refresh_seconds,
+        learned_profile=ctx.learning.status if ctx.learning is not None and va is not None else None,
     )
+
+
+def _with_profile(plan: VariantPlan | None, ctx: VariantContext) -> VariantPlan | None:
+    """The plan's reason, saying which profile the model used (or why saturation sized it)."""
+    result = ctx.learning
+    if plan is None or result is None:
+        return plan
+    choice = result.choice
+    # The queueing model decided, alone or with saturation agreeing ("model+saturation-v1", ...).
+    by_model = plan.decided_by == "optimizer" or MODEL in plan.decided_by.split("+")
+    if by_model and ctx.profiles != ():
+        if choice.source is ProfileSource.LEARNED:
+            text = f"learned profile, confidence {result.learned.confidence.value}"
+        else:
+            text = "spec profile"
+    elif choice.source is ProfileSource.SATURATION:
+        text = f"profile: {choice.reason}"
+    else:
+        return plan
+    return replace(plan, reason=f"{plan.reason} [{text}]")
 
 
 def short_validation(exc: Exception) -> str:

@@ -1,0 +1,162 @@
+"""The operator learns a profile-less variant's α β γ δ from a real Prometheus scraping real emulator pods,
+and the variant goes from saturation sizing to the queueing model with the learned profile.
+
+Full local cluster: the operator as a process with deploy/'s RBAC; a Deployment of two emulator pods (the
+pod runner serves them; Prometheus scrapes them every 2 s with ``namespace`` and ``pod`` labels), whose
+parameters the operator is not given (the emulator's defaults, noise 0.1, ``--time-scale 2``); a WVA
+final-CRD VariantAutoscaling without ``modelProfile``, labelled with its accelerator; ``vllm-loadgen``
+moving the rate up and down (what separates β from α and δ from γ). Cycles every 10 s, each one learning
+from a 10-s window per pod.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import LocalCluster, wait_for
+from localcluster.pytest_plugin import Emulator
+from vatesting.harness import (
+    BIN,
+    EMULATOR,
+    OperatorProcess,
+    conditions,
+    events,
+    get_va,
+    install,
+    running,
+)
+
+MODEL = "default/default"  # the premium class's model (deploy/manager's service classes)
+NAME = "learner"
+WVA_A100 = "NVIDIA-A100-PCIE-80GB"
+# Requests per minute to both pods together, 15 s each: between about a fifth and most of their capacity
+# (max batch 8, 64 output tokens, time scale 2: about 10 requests/s per pod).
+EMULATOR_ARGS = ["--model", MODEL, "--port", "8000", "--max-num-seqs", "8", "--time-scale", "2"]
+EMULATOR_ARGS += ["--noise", "0.1", "--log-level", "warning"]
+SCHEDULE = [[15, rpm] for rpm in (150, 700, 300, 900, 200, 600, 400, 800) * 3]
+
+
+@pytest.fixture
+def sa_config(full_cluster: LocalCluster) -> Iterator[Path]:
+    yield install(
+        full_cluster,
+        full_cluster.prometheus_url,
+        full_cluster.prometheus_ca_file,
+        GLOBAL_OPT_INTERVAL="10s",
+    )
+    install(full_cluster, full_cluster.prometheus_url, full_cluster.prometheus_ca_file)
+
+
+@pytest.fixture
+def load(tmp_path: Path) -> Iterator[Callable[[list[str]], None]]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(urls: list[str]) -> None:
+        argv = [
+            str(BIN / "vllm-loadgen"),
+            "--url", ",".join(urls),
+            "--model", MODEL,
+            "--rate", json.dumps(SCHEDULE),
+            "--input-tokens", "uniform:32:256",
+            "--output-tokens", "64",
+            "--seed", "7",
+            "--progress-interval", "0",
+        ]  # fmt: skip
+        with (tmp_path / "loadgen.log").open("ab") as log:
+            started.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def _va(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "llmd.ai/v1alpha1",
+        "kind": "VariantAutoscaling",
+        "metadata": {
+            "name": NAME,
+            "namespace": namespace,
+            "labels": {"inference.optimization/acceleratorName": "A100"},
+        },
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": NAME},
+            "modelID": MODEL,
+            "minReplicas": 1,
+            "maxReplicas": 4,
+        },
+    }
+
+
+def _learned(va: dict[str, Any]) -> dict[str, Any]:
+    return dict((va.get("status") or {}).get("learnedProfile") or {})
+
+
+def test_a_va_without_a_profile_ends_up_sized_by_the_model_with_the_learned_profile(
+    full_cluster: LocalCluster,
+    full_namespace: str,
+    sa_config: Path,
+    emulator_pod: Callable[..., Emulator],
+    load: Callable[[list[str]], None],
+    tmp_path: Path,
+) -> None:
+    emulator = emulator_pod(
+        NAME,
+        full_namespace,
+        model=MODEL,
+        replicas=2,
+        product=WVA_A100,
+        command=EMULATOR,
+        args=EMULATOR_ARGS,
+    )
+    endpoints = emulator.wait_for_endpoints(2)
+    full_cluster.apply(_va(full_namespace))
+    load([e.url for e in endpoints])
+    operator = OperatorProcess(sa_config, full_namespace, tmp_path)
+    with running(operator):
+
+        def first() -> dict[str, Any] | None:
+            va = get_va(full_cluster, full_namespace, NAME)
+            return va if _learned(va) else None
+
+        va = wait_for(first, timeout=90, what="a first learnedProfile", interval=1.0)
+        assert _learned(va)["source"] == "saturation", _learned(va)
+
+        def model_sized() -> dict[str, Any] | None:
+            va = get_va(full_cluster, full_namespace, NAME)
+            return va if _learned(va).get("source") == "learned" else None
+
+        va = wait_for(model_sized, timeout=240, what="the learned profile in use", interval=2.0)
+
+    learned = _learned(va)
+    print("learned profile:", json.dumps({k: v for k, v in learned.items() if k != "state"}))
+    assert learned["confidence"] in ("high", "medium") and learned["accelerator"] == "A100"
+    # Every parameter learned, and in the right range: the emulator's defaults (WVA's A100 profile) over
+    # the time scale; the benchmark (docs/benchmarks.md) measures the accuracy, this checks the wiring.
+    truth = {"alpha": 20.58 / 2, "beta": 0.41 / 2, "gamma": 20.58 / 2, "delta": 0.041 / 2}
+    for name, value in truth.items():
+        assert learned[name]["source"] == "learned", learned[name]
+        assert 0.5 * value <= float(learned[name]["value"]) <= 2.0 * value, (name, learned[name])
+    ready = conditions(va)["OptimizationReady"]
+    assert ready["status"] == "True", ready
+    reason = va["status"]["desiredOptimizedAlloc"]["reason"]
+    # The queueing model sized it (saturation may agree, as the floor: "model+saturation-v1: ...").
+    assert "[learned profile, confidence" in reason and not reason.startswith("saturation"), reason
+    changed = [e for e in events(full_cluster, full_namespace, NAME) if e["reason"] == "ProfileSourceChanged"]
+    assert any("saturation -> learned" in e["message"] for e in changed), changed
+    printed = full_cluster.kubectl("get", "va", "-n", full_namespace, NAME, "-o", "wide").stdout
+    header, row = printed.splitlines()[:2]
+    assert "PROFILE" in header and "CONFIDENCE" in header and " learned " in f" {row} ", printed
