@@ -7,7 +7,8 @@ gives one replica at its maximum batch). Every ``SCRAPE_S`` seconds each replica
 "scraped" (the same counters and histograms the emulator's HTTP server exports, fed from the same
 engine outputs); every ``CYCLE_S`` seconds the per-pod windows are computed from the scrapes the way
 Prometheus computes ``rate(x_sum[W]) / rate(x_count[W])`` and ``rate(...)`` over ``[W]`` (first and last
-sample in the window), and handed to :func:`variant_autoscaler.core.estimator.update`.
+sample in the window), and handed to :func:`variant_autoscaler.core.estimator.update`. The pods, their
+scrapes and windows and the traffic are in ``bench/pod_windows.py`` (shared with ``bench/fidelity.py``).
 
 Three measurements:
 
@@ -25,22 +26,16 @@ Run: ``python bench/profile_learning.py`` (this section only) or
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pod_windows import CYCLE_S, HIGH, LOW, MODEL, SCRAPE_S, WINDOW_S, Cycle, Pod, drive
 from variant_autoscaler.core.analyzer import SLO, Load
-from variant_autoscaler.core.estimator import (
-    EstimatorState,
-    LearnedProfile,
-    PodWindow,
-    learned_profile,
-    update,
-)
+from variant_autoscaler.core.estimator import EstimatorState, LearnedProfile
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -49,23 +44,14 @@ from variant_autoscaler.core.model import (
     VariantInput,
 )
 from variant_autoscaler.core.optimizer import optimize
-from variant_autoscaler.core.profile_choice import (
-    DEFAULT_THRESHOLD,
-    ProfileMode,
-    ProfileSource,
-    choose_profile,
-)
+from variant_autoscaler.core.profile_choice import DEFAULT_THRESHOLD, ProfileSource
 from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms, TargetPerf
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.engine import Engine, EngineConfig
 from vllm_emulator.engine import Profile as EngineProfile
 from vllm_emulator.metrics import EmulatorMetrics
 
-SCRAPE_S = 15.0
-CYCLE_S = 60.0
-WINDOW_S = 60.0
 NOISE = 0.1
-LOW, HIGH = 0.2, 0.9
 MINUTES = 10
 SEEDS = (1, 2, 3, 4, 5)
 TOLERANCE = {"alpha": 0.10, "beta": 0.15, "gamma": 0.10, "delta": 0.15}
@@ -99,104 +85,7 @@ def _capacity(case: Case) -> float:
     return analyzer.rate_range[1]
 
 
-# ---- one replica and its scrapes -----------------------------------------------------------------
-
-
-@dataclass
-class _Scrape:
-    t: float
-    itl: tuple[float, float]
-    prefill: tuple[float, float]
-    prompt: tuple[float, float]
-    inference: tuple[float, float]
-    running: float
-
-
-@dataclass
-class _Pod:
-    name: str
-    engine: Engine
-    metrics: EmulatorMetrics
-    scrapes: list[_Scrape] = field(default_factory=list)
-
-    def advance(self, t: float) -> None:
-        self.metrics.record(self.engine.advance(t))
-
-    def scrape(self, t: float) -> None:
-        self.advance(t)
-        m = self.metrics
-        self.scrapes.append(
-            _Scrape(
-                t=t,
-                itl=(m.itl.sum, float(m.itl.count)),
-                prefill=(m.prefill.sum, float(m.prefill.count)),
-                prompt=(m.prompt_tokens.sum, float(m.prompt_tokens.count)),
-                inference=(m.inference.sum, float(m.inference.count)),
-                running=float(self.engine.num_running),
-            )
-        )
-
-    def window(self, end: float, seconds: float, model: str) -> PodWindow | None:
-        """The pod's window as Prometheus computes it from the scrapes in ``(end − seconds, end]``."""
-        times = [s.t for s in self.scrapes]
-        lo = bisect.bisect_right(times, end - seconds)
-        hi = bisect.bisect_right(times, end)
-        samples = self.scrapes[lo:hi]
-        if len(samples) < 2:
-            return None
-        first, last = samples[0], samples[-1]
-        span = last.t - first.t
-
-        def delta(get: Callable[[_Scrape], tuple[float, float]]) -> tuple[float, float]:
-            (s1, c1), (s2, c2) = get(first), get(last)
-            return s2 - s1, c2 - c1
-
-        itl_s, itl_n = delta(lambda s: s.itl)
-        pre_s, pre_n = delta(lambda s: s.prefill)
-        prm_s, prm_n = delta(lambda s: s.prompt)
-        gauge = [s.running for s in samples]
-        return PodWindow(
-            namespace="bench",
-            pod=self.name,
-            model=model,
-            end=end,
-            seconds=seconds,
-            itl_ms=1000.0 * itl_s / itl_n if itl_n > 0 else None,
-            decode_tokens=itl_n,
-            prefill_ms=1000.0 * pre_s / pre_n if pre_n > 0 else None,
-            requests=pre_n,
-            prompt_tokens=prm_s / prm_n if prm_n > 0 else None,
-            # Little's law: seconds of decoding and of prefill accrued per second of window
-            running=(itl_s + pre_s) / span,
-            gauge_mean=statistics.fmean(gauge),
-            gauge_var=statistics.pvariance(gauge),
-        )
-
-
 # ---- one simulated run ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cycle:
-    t: float
-    learned: LearnedProfile
-    source: ProfileSource | None
-    reason: str
-
-
-def _levels(rng: random.Random, seconds: float) -> list[tuple[float, float]]:
-    """(start, fraction of capacity) segments covering ``seconds``: a random level every 60-150 s."""
-    out: list[tuple[float, float]] = []
-    t = 0.0
-    level = rng.uniform(LOW, HIGH)
-    while t < seconds:
-        out.append((t, level))
-        t += rng.uniform(60.0, 150.0)
-        nxt = rng.uniform(LOW, HIGH)
-        while abs(nxt - level) < 0.15:  # a move worth the name
-            nxt = rng.uniform(LOW, HIGH)
-        level = nxt
-    return out
 
 
 def simulate(
@@ -212,10 +101,8 @@ def simulate(
     ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``).
     """
     rng = random.Random(seed)
-    seconds = minutes * 60.0
     lin = parse_distribution(case.input_tokens)
     lout = parse_distribution(case.output_tokens)
-    model = "bench/model"
 
     def engine_for(parms: ServiceParms, index: int, start: float) -> Engine:
         profile = EngineProfile(alpha=parms.alpha, beta=parms.beta, gamma=parms.gamma, delta=parms.delta)
@@ -229,42 +116,17 @@ def simulate(
         )
         return Engine(config, start_time=start)
 
+    def request(rng: random.Random) -> tuple[int, int]:
+        return min(lin.sample(rng), 6000), min(lout.sample(rng), 1000)
+
     pods = [
-        _Pod(f"pod-{i}", engine_for(case.parms, i, 0.0), EmulatorMetrics(model, 8192))
+        Pod(f"pod-{i}", engine_for(case.parms, i, 0.0), EmulatorMetrics(MODEL, 8192))
         for i in range(case.replicas)
     ]
     capacity = _capacity(case) * case.replicas
-    levels = _levels(rng, seconds)
-    starts = [s for s, _ in levels]
-    cycles: list[Cycle] = []
-    est = state or EstimatorState()
-    source: ProfileSource | None = None
-    next_scrape, next_cycle = SCRAPE_S, CYCLE_S
-    t = 0.0
-    while True:
-        level = levels[bisect.bisect_right(starts, t) - 1][1]
-        t_arrival = t + rng.expovariate(level * capacity)
-        while min(next_scrape, next_cycle) <= t_arrival and min(next_scrape, next_cycle) <= seconds:
-            if next_scrape <= next_cycle:
-                for pod in pods:
-                    pod.scrape(next_scrape)
-                next_scrape += SCRAPE_S
-                continue
-            now = next_cycle
-            windows = [w for pod in pods if (w := pod.window(now, WINDOW_S, model)) is not None]
-            est = update(est, windows, now=now, prior=hand, max_batch=case.max_batch).state
-            learned = learned_profile(est, hand)
-            choice = choose_profile(ProfileMode.AUTO, hand, learned, previous=source)
-            source = choice.source
-            cycles.append(Cycle(now, learned, source, choice.reason))
-            next_cycle += CYCLE_S
-        if t_arrival > seconds:
-            break
-        t = t_arrival
-        pod = pods[rng.randrange(len(pods))]
-        pod.advance(t)
-        pod.engine.submit(object(), min(lin.sample(rng), 6000), min(lout.sample(rng), 1000), t)
-    return cycles
+    return drive(
+        pods, capacity, rng, minutes * 60.0, request, max_batch=case.max_batch, hand=hand, state=state
+    )
 
 
 # ---- the three measurements ----------------------------------------------------------------------
