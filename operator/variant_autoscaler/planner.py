@@ -53,6 +53,7 @@ from variant_autoscaler.core.sizing import (
     SizingMember,
     size_group,
 )
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
@@ -117,6 +118,9 @@ class PlannedVariant:
     * ``saturation``: what the analyzers see of it (None: nothing read); ``idle``: scale to zero.
     * ``default_slo``: its SLOs when no service class has an entry for its model (WVA's
       queueing-model ConfigMap).
+    * ``workload``: its model's request-length distribution and arrival burstiness as measured (the
+      whole model's stream; None: not measured). Only classes with attainment or percentile targets read
+      it; the planner reads it to about 2 % (:meth:`~variant_autoscaler.core.workload.Workload.rounded`).
     """
 
     key: VariantKey
@@ -136,6 +140,7 @@ class PlannedVariant:
     analyzers: tuple[AnalyzerLike, ...] = ()
     idle: IdleInput | None = None
     default_slo: ModelTarget | None = None
+    workload: Workload | None = None
 
     @property
     def held(self) -> bool:
@@ -231,6 +236,7 @@ def planned_from_va(
     load: ObservedLoad | None,
     config: MainConfig,
     profiles: tuple[Profile, ...] | None = None,
+    workload: Workload | None = None,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
@@ -257,6 +263,7 @@ def planned_from_va(
         max_batch=None if applies_batch else current_max_batch,
         share_group=f"{namespace}/{spec.model_id}" if spec.share_model_load else None,
         variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
+        workload=workload,
     )
 
 
@@ -358,6 +365,7 @@ class OptimizerPlanner:
                     max_batch_size=v.max_batch,
                     share_load=v.share_group is not None,
                     replica_cost=v.variant_cost,
+                    workload=v.workload.rounded() if v.workload is not None else None,
                 )
             except ConfigError as exc:
                 failures[v.key] = str(exc)

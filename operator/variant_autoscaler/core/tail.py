@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -71,6 +72,7 @@ __all__ = [
     "TailTargets",
     "TokenLengths",
     "burstiness_from_times",
+    "clear_tail_memo",
     "index_of_dispersion",
     "size_tail_allocation",
     "size_tail_allocations",
@@ -78,8 +80,11 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: The tail search stops when the bracket is this narrow (relative); a secant step then lands closer.
-_RATE_TOLERANCE = 1e-4
+#: The tail search stops refining its grid when the bracket is this narrow (relative); secant steps then
+#: land closer.
+_RATE_TOLERANCE = 2e-3
+#: Points per grid of the search: one evaluation of the model costs about the same for 2 or 40 points.
+_GRID = 40
 
 
 def _number(name: str, value: object, minimum: float = 0.0) -> float:
@@ -546,28 +551,36 @@ class TailModel:
     def _search(self, targets: TailTargets, lam_lo: float, lam_hi: float) -> float | str | None:
         """The largest λ in [lam_lo, lam_hi] with excess(λ) <= 1 (the shares grow with λ), None when the
         top of the range is within, or why even the bottom is not. A grid over the range, then finer
-        grids in the bracket (one vectorised evaluation each) until it is :data:`_RATE_TOLERANCE` wide,
-        then a secant step on log(excess)."""
-        grid = np.linspace(lam_lo, lam_hi, 16)
+        grids in the bracket (one vectorised evaluation each: the cost of one evaluation is mostly
+        per call, not per point, so wide grids and few calls) until it is :data:`_RATE_TOLERANCE` wide
+        or two refinements were made, then a secant step on log(excess) vs log(λ) inside the bracket (the
+        shares are smooth in λ: the step lands within about 1e-5 of the root)."""
+        grid = np.linspace(lam_lo, lam_hi, _GRID)
         ex = self._excess(grid, targets)
         if ex[0] > 1.0:
             return self._unreachable(targets)
         if ex[-1] <= 1.0:
             return None
         lo = hi = f_lo = f_hi = 0.0
-        for _ in range(12):
+        for _ in range(2):
             k = int(np.argmax(ex > 1.0))  # >= 1: the first point is within
             lo, hi, f_lo, f_hi = float(grid[k - 1]), float(grid[k]), float(ex[k - 1]), float(ex[k])
             if hi - lo <= _RATE_TOLERANCE * hi:
                 break
-            inner = np.linspace(lo, hi, 12)[1:-1]
+            inner = np.linspace(lo, hi, _GRID)[1:-1]
             grid = np.concatenate(([lo], inner, [hi]))
             ex = np.concatenate(([f_lo], self._excess(inner, targets), [f_hi]))
-        if 0 < f_lo < 1.0 < f_hi:  # a secant step on log(excess) vs log(λ), kept inside the bracket
+        for _ in range(1 if hi - lo <= _RATE_TOLERANCE * hi else 2):
+            if not 0 < f_lo < 1.0 < f_hi:
+                break
+            # A secant step on log(excess) vs log(λ), kept inside the bracket, which it then narrows.
             t = -math.log(f_lo) / (math.log(f_hi) - math.log(f_lo))
             lam = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
-            if float(self._excess(np.array([lam]), targets)[0]) <= 1.0:
-                lo = lam
+            f = float(self._excess(np.array([lam]), targets)[0])
+            if f <= 1.0:
+                lo, f_lo = lam, f
+            else:
+                hi, f_hi = lam, f
         return lo
 
     def _unreachable(self, targets: TailTargets) -> str:
@@ -632,9 +645,8 @@ def size_tail_allocation(
             parms.gamma + parms.delta, 0.0, 0.0,
         )  # fmt: skip
     lengths = lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
-    model = TailModel(parms, max_batch_size, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
     targets = TailTargets.from_slo(slo)
-    size = model.max_rate(targets, tps=slo.tps)
+    model, size = _sized((parms, max_batch_size, lengths, burstiness, kv_cache_tokens, targets, slo.tps))
     rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
     total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
     needed = total / rate_star
@@ -652,6 +664,45 @@ def size_tail_allocation(
         rho=at.rho,
         max_rate_per_replica=rate_star,
     )
+
+
+#: How many (server, workload, targets) sizings :func:`size_tail_allocation` remembers.
+TAIL_MEMO_LIMIT = 4096
+_TailKey = tuple[ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float]
+_TAIL_MEMO: OrderedDict[_TailKey, tuple[TailModel, TailSize] | InfeasibleError | ModelError] = OrderedDict()
+
+
+def clear_tail_memo() -> None:
+    """Forget the sizings :func:`size_tail_allocation` remembers (benchmarks use it)."""
+    _TAIL_MEMO.clear()
+
+
+def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
+    """The model and its largest rate for ``(parms, max batch, lengths, burstiness, KV cache, targets,
+    tps)``, remembered (the search is the costly part, and a cycle whose traffic did not change asks the
+    same again: the planner rounds its inputs so that it does, see
+    :meth:`~variant_autoscaler.core.workload.Workload.rounded`)."""
+    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps = key
+    try:
+        known = _TAIL_MEMO.get(key)
+        hashable = True
+    except TypeError:  # an unhashable input (a list where a tuple belongs): size it, do not remember
+        known, hashable = None, False
+    if known is None:
+        try:
+            model = TailModel(parms, max_batch, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
+            known = (model, model.max_rate(targets, tps=tps))
+        except (InfeasibleError, ModelError) as exc:
+            known = exc
+        if hashable:
+            _TAIL_MEMO[key] = known
+            while len(_TAIL_MEMO) > TAIL_MEMO_LIMIT:
+                _TAIL_MEMO.popitem(last=False)
+    else:
+        _TAIL_MEMO.move_to_end(key)
+    if isinstance(known, InfeasibleError | ModelError):
+        raise type(known)(*known.args)
+    return known
 
 
 @dataclass(frozen=True, slots=True)
