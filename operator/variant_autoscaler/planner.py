@@ -121,6 +121,9 @@ class PlannedVariant:
     * ``workload``: its model's request-length distribution and arrival burstiness as measured (the
       whole model's stream; None: not measured). Only classes with attainment or percentile targets read
       it; the planner reads it to about 2 % (:meth:`~variant_autoscaler.core.workload.Workload.rounded`).
+    * ``ahead_rpm``: the forecast of its model's demand over "start-up + one interval" (req/min, the
+      same total as ``load``; None: no forecast). A class with attainment or percentile targets is
+      planned for it where it is above the load; a class that states means keeps WVA's numbers.
     """
 
     key: VariantKey
@@ -141,6 +144,7 @@ class PlannedVariant:
     idle: IdleInput | None = None
     default_slo: ModelTarget | None = None
     workload: Workload | None = None
+    ahead_rpm: float | None = None
 
     @property
     def held(self) -> bool:
@@ -197,6 +201,9 @@ class PlanOutcome:
     unit_costs: Mapping[str, float] = field(default_factory=dict)
     # The optimizer's own plan (binding constraints, solver figures); None when it did not run.
     plan: Plan | None = None
+    # Variants planned for attainment or percentile targets: the forecast, the burst guard and starting
+    # replicas counted as supply apply to them (docs/tail-slo.md).
+    ahead: frozenset[VariantKey] = frozenset()
 
 
 class Planner(Protocol):
@@ -237,6 +244,7 @@ def planned_from_va(
     config: MainConfig,
     profiles: tuple[Profile, ...] | None = None,
     workload: Workload | None = None,
+    ahead_rpm: float | None = None,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
@@ -264,6 +272,7 @@ def planned_from_va(
         share_group=f"{namespace}/{spec.model_id}" if spec.share_model_load else None,
         variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
         workload=workload,
+        ahead_rpm=ahead_rpm,
     )
 
 
@@ -327,6 +336,7 @@ class OptimizerPlanner:
         how: dict[VariantKey, str] = {}
         failures: dict[VariantKey, str] = {}
         no_slo: set[VariantKey] = set()
+        ahead: set[VariantKey] = set()
         for v in request.variants:
             if not v.sized_by_model:
                 continue  # sized by saturation, below
@@ -345,6 +355,12 @@ class OptimizerPlanner:
                 continue
             service, how[v.key] = resolved
             share = members.get(v.share_group, 1) if v.share_group is not None else 1
+            rpm = v.load.arrival_rate_rpm if v.load is not None else 0.0
+            if service.slo.is_tail:
+                ahead.add(v.key)
+                if v.ahead_rpm is not None and v.load is not None and v.ahead_rpm > rpm:
+                    how[v.key] += f"; planned for the forecast {v.ahead_rpm:.4g} req/min"
+                    rpm = v.ahead_rpm
             try:
                 variant = VariantInput(
                     name=v.key[1],
@@ -354,9 +370,7 @@ class OptimizerPlanner:
                     profiles=v.profiles,
                     load=None
                     if v.load is None
-                    else Load(
-                        v.load.arrival_rate_rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens
-                    ),
+                    else Load(rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens),
                     current_accelerator=v.accelerator,
                     current_replicas=v.current_replicas,
                     min_replicas=v.min_replicas,
@@ -407,6 +421,7 @@ class OptimizerPlanner:
             failures=failures,
             unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
             plan=plan,
+            ahead=frozenset(ahead),
         )
 
 

@@ -132,6 +132,8 @@ class DecisionInputs:
     pending_timeout_seconds: float = 600.0
     batch_stable_cycles: int = 3
     status_refresh_seconds: float = 0.0
+    # status.forecast to write (the model's demand forecast, engine/ahead.py), or None.
+    forecast: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,6 +507,7 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
         ),
         recommendations=decision.policy.history,
         last_metrics_time=decision.last_metrics_time,
+        forecast=inp.forecast,
     )
     status = st.build_status(status_inputs)
 

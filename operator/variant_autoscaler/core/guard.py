@@ -2,22 +2,24 @@
 
 The planner sizes for the load it forecasts over "start-up + one interval"; a burst that the forecast
 did not see shows first as requests waiting in the servers' queues (and a full KV cache). The guard
-looks at those two signals every few seconds and, when they say the running replicas are overrun, asks
-for the replicas the observed demand needs at the rate one replica sustains within the targets (the
-last plan's). It never scales down: that is the planner's business, and stays conservative.
+looks at those signals of one model (all its variants: they share its load) every few seconds and,
+when they say the replicas asked for are overrun, adds the replicas the observed demand needs at the
+rate one replica sustains within the targets (the last plan's). It never scales down: that is the
+planner's business, and stays conservative.
 
 **Trigger.** At least ``waiting_per_replica`` requests waiting per ready replica, or a mean KV-cache
-usage of at least ``kv_threshold``. Below both, nothing: the planner's plan stands.
+usage of at least ``kv_threshold``. Below both, nothing: the plan stands.
 
 **Demand.** ``completions + growth of the queue + queue / drain``: what is finished per second, what
 the queue gains per second, and what it takes to empty the queue within ``drain`` seconds (the
-start-up time: new replicas serve only after it). This is the collector's demand
-(:func:`variant_autoscaler.core.demand.demand_rate`), over the guard's short window.
+start-up time: replicas asked for now serve only after it). The collector's demand
+(:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's window.
 
-**Supply.** Every replica already asked for: ready ones, and those still starting, each of which will
-be ready before any replica asked for now (its expected ready time is named in the reason). The guard
-adds ``ceil(demand / rate per replica) − supply`` when that is positive, at most doubling the count (plus
-four) per step, within ``maxReplicas``.
+**Supply.** Every replica already asked for, each at the rate one replica of its variant sustains:
+ready ones, and those still starting, each of which will be ready before any replica asked for now
+(their expected ready times are named in the reason). When the demand exceeds that, the missing
+capacity goes to the variant the last plan gave the most replicas (the one it found cheapest for the
+load), at most doubling its count (plus four) per step, within its ``maxReplicas``.
 
 Pure: values in, a decision out; time is passed in.
 """
@@ -25,12 +27,13 @@ Pure: values in, a decision out; time is passed in.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import ModelError
 
-__all__ = ["GuardDecision", "GuardInput", "GuardParams", "guard"]
+__all__ = ["GuardDecision", "GuardInput", "GuardParams", "GuardVariant", "guard"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,55 +51,76 @@ class GuardParams:
 
 
 @dataclass(frozen=True, slots=True)
-class GuardInput:
-    """One variant as the guard sees it (rates in requests/s, times in s on any common clock).
+class GuardVariant:
+    """One variant of the model: the replicas asked for (``desired``: ready, starting and pending),
+    those ready, when those still starting are expected to be ready, the rate one replica sustains
+    within the targets (the last plan's, req/s; None before a plan), the replicas the last plan gave it,
+    and its ``maxReplicas``."""
 
-    ``desired``: the replicas asked for (ready, starting and pending); ``starting_ready_at``: when the
-    replicas still starting are expected to be ready. ``completion_rate``, ``waiting``,
-    ``waiting_growth`` (over ``window_s``) and ``kv_usage`` (mean over the ready replicas, 0–1) are what
-    Prometheus says. ``rate_per_replica``: what one replica sustains within the targets (the last plan's;
-    None before the first plan). ``drain_s``: how soon the queue should be gone (the start-up time).
-    """
-
-    now: float
+    key: str
     desired: int
     ready: int
-    completion_rate: float
-    waiting: float
-    waiting_growth: float
-    window_s: float
-    kv_usage: float
     rate_per_replica: float | None
-    drain_s: float
+    planned: int = 0
     starting_ready_at: tuple[float, ...] = ()
     max_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class GuardDecision:
-    """``replicas`` to scale to (None: leave the count alone) and why."""
+class GuardInput:
+    """One model as the guard sees it (rates in requests/s, times in s on any common clock):
+    Prometheus' completion rate, requests waiting and their growth over ``window_s``, and the mean
+    KV-cache usage of the ready replicas (0–1); ``drain_s`` is how soon the queue should be gone (the
+    start-up time)."""
 
-    replicas: int | None
+    now: float
+    completion_rate: float
+    waiting: float
+    waiting_growth: float
+    window_s: float
+    kv_usage: float
+    drain_s: float
+    variants: tuple[GuardVariant, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardDecision:
+    """``replicas`` per variant to scale up to (empty: leave the counts alone) and why."""
+
+    replicas: dict[str, int]
     reason: str
 
 
+def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
+    ready = sum(v.ready for v in variants)
+    starting = sorted(max(t - now, 0.0) for v in variants for t in v.starting_ready_at)
+    text = f"{ready} ready"
+    if starting:
+        text += f" + {len(starting)} starting (ready in {starting[0]:.0f}–{starting[-1]:.0f} s)"
+    pending = sum(v.desired for v in variants) - ready - len(starting)
+    if pending > 0:
+        text += f" + {pending} pending"
+    return text
+
+
 def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
-    """The guard's word on one variant (see the module doc)."""
+    """The guard's word on one model (see the module doc)."""
     p = params or GuardParams()
-    if inp.desired < 0 or inp.ready < 0:
+    if any(v.desired < 0 or v.ready < 0 for v in inp.variants):
         raise ModelError("replica counts must be >= 0")
-    if inp.ready == 0:
-        return GuardDecision(None, "no ready replica to read a queue from")
-    if inp.rate_per_replica is None or not inp.rate_per_replica > 0:
-        return GuardDecision(None, "no plan yet: the rate one replica sustains is unknown")
-    per_replica = inp.waiting / inp.ready
+    ready = sum(v.ready for v in inp.variants)
+    if ready == 0:
+        return GuardDecision({}, "no ready replica to read a queue from")
+    known = [v for v in inp.variants if v.rate_per_replica is not None and v.rate_per_replica > 0]
+    if not known:
+        return GuardDecision({}, "no plan yet: the rate one replica sustains is unknown")
     signals = []
-    if per_replica >= p.waiting_per_replica:
-        signals.append(f"{inp.waiting:.0f} requests waiting on {inp.ready} ready replicas")
+    if inp.waiting / ready >= p.waiting_per_replica:
+        signals.append(f"{inp.waiting:.0f} requests waiting on {ready} ready replicas")
     if inp.kv_usage >= p.kv_threshold:
         signals.append(f"KV cache {100 * inp.kv_usage:.0f} % full")
     if not signals:
-        return GuardDecision(None, "no queue or KV-cache pressure")
+        return GuardDecision({}, "no queue or KV-cache pressure")
     demand = demand_rate(
         max(inp.completion_rate, 0.0),
         max(inp.waiting, 0.0),
@@ -104,28 +128,21 @@ def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
         max(inp.window_s, 1e-9),
         max(inp.drain_s, 1.0),
     )
-    needed = math.ceil(demand / inp.rate_per_replica - 1e-9)
-    starting = sorted(max(t - inp.now, 0.0) for t in inp.starting_ready_at)
-    supply = f"{inp.ready} ready"
-    if starting:
-        supply += f" + {len(starting)} starting (ready in {starting[0]:.0f}–{starting[-1]:.0f} s)"
-    pending = inp.desired - inp.ready - len(starting)
-    if pending > 0:
-        supply += f" + {pending} pending"
-    if needed <= inp.desired:
-        return GuardDecision(
-            None,
-            f"{'; '.join(signals)}: demand {demand:.2f} req/s needs {needed} at {inp.rate_per_replica:.3g} "
-            f"req/s each; {supply} cover it",
-        )
-    step = max(2 * inp.desired, inp.desired + 4)
-    target = min(needed, step)
-    if inp.max_replicas is not None:
-        target = min(target, inp.max_replicas)
-    if target <= inp.desired:
-        return GuardDecision(None, f"{'; '.join(signals)}: at maxReplicas {inp.max_replicas}")
+    supply = sum(v.desired * (v.rate_per_replica or 0.0) for v in known)
+    what = f"{'; '.join(signals)}: demand {demand:.2f} req/s, the replicas asked for sustain {supply:.2f}"
+    have = _supply_text(inp.variants, inp.now)
+    if demand <= supply * (1.0 + 1e-9):
+        return GuardDecision({}, f"{what} ({have})")
+    grow = [v for v in known if v.max_replicas is None or v.desired < v.max_replicas]
+    if not grow:
+        return GuardDecision({}, f"{what}, but every variant is at its maxReplicas")
+    target = max(grow, key=lambda v: (v.planned, v.desired, -len(v.key), v.key))
+    rate = target.rate_per_replica or 0.0
+    want = target.desired + math.ceil((demand - supply) / rate - 1e-9)
+    want = min(want, max(2 * target.desired, target.desired + 4))
+    if target.max_replicas is not None:
+        want = min(want, target.max_replicas)
     return GuardDecision(
-        target,
-        f"burst guard: {'; '.join(signals)}: demand {demand:.2f} req/s needs {needed} replicas at "
-        f"{inp.rate_per_replica:.3g} req/s each; {supply}: scale up to {target}",
+        {target.key: want},
+        f"burst guard: {what} ({have}): {target.key} {target.desired} -> {want} at {rate:.3g} req/s each",
     )

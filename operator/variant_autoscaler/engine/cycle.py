@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from variant_autoscaler.adapters import inventory as inv
+from variant_autoscaler.adapters.burstiness import TailInputs, collect_tail_inputs
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
 from variant_autoscaler.adapters.kube import (
     KubeClient,
@@ -45,13 +46,15 @@ from variant_autoscaler.adapters.kube import (
     target_from_deployment,
     target_from_scale,
 )
-from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
+from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig
 from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
-from variant_autoscaler.core.decision import decide, report, report_invalid
+from variant_autoscaler.core.decision import DecisionInputs, decide, report, report_invalid
 from variant_autoscaler.core.model import AcceleratorType
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.engine.actuate import Actuator
+from variant_autoscaler.engine.ahead import BurstGuard, ForecastBook
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.translate import (
@@ -101,6 +104,23 @@ class CycleReport:
 
 
 # --- the engine ----------------------------------------------------------------------------------------
+
+
+def _states_shares(cycle: CycleConfig) -> bool:
+    """Whether some service class (or the queueing-model ConfigMap) states attainment or percentile
+    targets: then the cycle reads the tail model's inputs."""
+    if any(t.slo.is_tail for c in cycle.classes.classes for t in c.targets):
+        return True
+    return any(
+        float(values.get("attainment") or 0.0) > 0.0  # type: ignore[arg-type]
+        or float(values.get("ttft_percentile") or 0.0) > 0.0  # type: ignore[arg-type]
+        or float(values.get("itl_percentile") or 0.0) > 0.0  # type: ignore[arg-type]
+        for _, values in cycle.queueing.entries
+    )
+
+
+async def _none() -> dict[ModelKey, TailInputs]:
+    return {}
 
 
 class LeaderLike(Protocol):
@@ -184,6 +204,15 @@ class Engine:
             leading=self._leading,
             trigger=self.trigger,
         )
+        # Ahead of the load (classes with attainment targets): the forecasts, and the burst guard's loop.
+        self.forecasts = ForecastBook()
+        self.guard = BurstGuard(
+            patch=self.actuator.patch_replicas,
+            collector=lambda: self._collector,
+            leading=self._leading,
+            clock=self._clock,
+            on_scale=self._guard_scaled,
+        )
 
     def _leading(self) -> bool:
         return self.leader.is_leader()  # looked up each time: the leader may be replaced (tests do)
@@ -242,14 +271,21 @@ class Engine:
 
     async def run_forever(self) -> None:
         """Run cycles until cancelled: at once, then every interval or soon after a change (and the
-        scale-from-zero loop beside them)."""
+        scale-from-zero loop and the burst guard's loop beside them)."""
         waker = asyncio.create_task(self.zero.run(), name="variant-autoscaler scale from zero")
+        guarding = asyncio.create_task(self.guard.run(), name="variant-autoscaler burst guard")
         try:
             await self._cycles()
         finally:
             waker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waker
+            await self.guard.aclose(guarding)
+
+    def _guard_scaled(self, key: VariantKey, replicas: int, reason: str) -> None:
+        self.exporter.scalings.labels(
+            variant_name=key[1], namespace=key[0], direction="up", reason="guard"
+        ).inc()
 
     async def _cycles(self) -> None:
         next_due = time.monotonic()
@@ -367,7 +403,9 @@ class Engine:
         # made at the same time.
         _, (snapshot, metrics_error) = await asyncio.gather(
             self._read_targets(everything),
-            self._collect(cfg, started_wall, self._retentions(everything, cycle)),
+            self._collect(
+                cfg, started_wall, self._retentions(everything, cycle), tail=_states_shares(cycle)
+            ),
         )
         hpas = self._hpas(listed, everything)
         queries = 0
@@ -376,9 +414,10 @@ class Engine:
         self.exporter.promql_queries.inc(queries)
         self.exporter.promql_queries_last_cycle.set(queries)
 
-        # 4. Plan.
+        # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
         assign_pods(everything, snapshot)
-        self._plan_variants(everything, snapshot, cycle)
+        ahead = self._forecast(contexts, snapshot, cfg, started_wall)
+        self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
 
         # 5. Policy, actuation, status and Events, per variant.
@@ -403,6 +442,7 @@ class Engine:
                 now=started_wall,
             )  # fmt: skip
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
+        self._arm_guard(contexts, outcomes, outcome, cfg)
 
         # 6. Exported gauges, cycle metrics.
         self.exporter.decisions.replace(self._gauges)
@@ -439,21 +479,65 @@ class Engine:
     # --- cycle steps --------------------------------------------------------------------------------
 
     async def _collect(
-        self, cfg: MainConfig, now: datetime, retentions: Sequence[float] = ()
+        self, cfg: MainConfig, now: datetime, retentions: Sequence[float] = (), *, tail: bool = False
     ) -> tuple[MetricsSnapshot | None, str | None]:
-        """The cycle's metrics, or why there are none."""
+        """The cycle's metrics, or why there are none; with ``tail`` (some class states attainment
+        targets) also every model's burstiness and request lengths (a fixed set of queries more)."""
         try:
             collector = await self._collector_for(cfg.prometheus)
-            snapshot = await collector.collect(
-                now=now.timestamp(),
-                window_seconds=cfg.metrics_window_seconds,
-                staleness_seconds=cfg.metrics_staleness_seconds,
-                drain_seconds=cfg.queue_drain_seconds,
-                retention_periods=retentions,
+            snapshot, inputs = await asyncio.gather(
+                collector.collect(
+                    now=now.timestamp(),
+                    window_seconds=cfg.metrics_window_seconds,
+                    staleness_seconds=cfg.metrics_staleness_seconds,
+                    drain_seconds=cfg.queue_drain_seconds,
+                    retention_periods=retentions,
+                ),
+                collect_tail_inputs(collector.client, counter=cfg.burstiness_counter) if tail else _none(),
+                return_exceptions=True,
             )
-        except (CollectionError, ConfigError) as exc:
+        except ConfigError as exc:
             return None, str(exc)
+        if isinstance(snapshot, BaseException):
+            if isinstance(snapshot, CollectionError | ConfigError):
+                return None, str(snapshot)
+            raise snapshot
+        if isinstance(inputs, CollectionError):
+            # The tail model then assumes exponential lengths and Poisson arrivals: no reason to stop.
+            logger.warning("burstiness and request lengths not read this cycle: %s", inputs)
+        elif isinstance(inputs, BaseException):
+            raise inputs
+        elif inputs:
+            snapshot = replace(
+                snapshot,
+                workloads={key: Workload(t.lengths, t.burstiness) for key, t in inputs.items()},
+            )
         return snapshot, None
+
+    def _forecast(
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cfg: MainConfig,
+        now: datetime,
+    ) -> dict[tuple[str, str], float]:
+        """Each model's forecast upper quantile (req/min) by (model, namespace), learning this cycle's
+        demand; the state a previous process left in the VAs' status is taken up first."""
+        if cfg.forecast_quantile <= 0 or snapshot is None:
+            return {}
+        self.forecasts.restore(
+            ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
+        )
+        out: dict[tuple[str, str], float] = {}
+        models = {(c.va.spec.model_id, c.key[0]) for c in contexts if c.va is not None}
+        for model, namespace in sorted(models):
+            lookup = snapshot.lookup(model, namespace)
+            if lookup.state != "ok" or lookup.metrics is None:
+                continue
+            found = self.forecasts.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
+            if found is not None:
+                out[(model, namespace)] = found.upper * 60.0
+        return out
 
     @staticmethod
     def _retentions(contexts: Sequence[VariantContext], cycle: CycleConfig) -> list[float]:
@@ -468,7 +552,11 @@ class Engine:
         return sorted(periods)
 
     def _plan_variants(
-        self, contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None, cycle: CycleConfig
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cycle: CycleConfig,
+        ahead: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         """Each variant's planner input; a model's variants share its saturation analyzers (V2 when all
         of them are annotated objects, V1 otherwise, unless the saturation ConfigMap names them)."""
@@ -488,6 +576,7 @@ class Engine:
                     analyzers=analyzers,
                     woken=self.zero.woken_within(ctx.key, retention),
                     profiles=self.profiles,
+                    ahead=ahead,
                 )
 
     async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
@@ -667,6 +756,48 @@ class Engine:
             logger.error("variant %s/%s: %s", ctx.key[0], ctx.key[1], exc)
             return VariantOutcome(key=ctx.key, written=False, error=str(exc))
 
+    def _arm_guard(
+        self,
+        contexts: Sequence[VariantContext],
+        outcomes: Sequence[VariantOutcome],
+        outcome: PlanOutcome,
+        cfg: MainConfig,
+    ) -> None:
+        """Hand the guard this cycle's variants, at the replicas the cycle decided."""
+        decided = {o.key: o.decision for o in outcomes}
+        armed = []
+        for c in contexts:
+            if c.va is None or c.target is None:
+                continue
+            target = c.target
+            replicas = decided.get(c.key)
+            if replicas is not None and replicas != target.spec_replicas:
+                target = replace(target, spec_replicas=replicas)
+            armed.append(
+                (c.key, c.va.spec.model_id, target, c.va.spec.max_replicas, actuation_mode(c.va, cfg))
+            )
+        self.guard.arm(cfg, outcome, armed)
+
+    def _ahead_inputs(self, ctx: VariantContext, inputs: DecisionInputs) -> DecisionInputs:
+        """A variant planned for attainment targets: its model's forecast goes into its status, replicas
+        still starting count as supply (no waiting for them before a larger plan: the plan covers
+        start-up + one interval), and a scale-up by the burst guard since the last cycle joins the
+        recommendations, so that scale-down stabilisation keeps it."""
+        assert ctx.va is not None
+        previous = dict(inputs.previous)
+        action = self.guard.actions().get(ctx.key)
+        if action is not None:
+            previous["recommendations"] = [
+                *(previous.get("recommendations") or []),
+                {"time": action.time.isoformat().replace("+00:00", "Z"), "numReplicas": action.replicas},
+            ]
+        return replace(
+            inputs,
+            previous=previous,
+            pending_timeout_seconds=0.0,
+            forecast=self.forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
+        )
+
     async def _reconcile_one(
         self,
         ctx: VariantContext,
@@ -687,6 +818,8 @@ class Engine:
             metrics_error=metrics_error,
             now=now,
         )
+        if ctx.va is not None and ctx.key in outcome.ahead:
+            inputs = self._ahead_inputs(ctx, inputs)
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)

@@ -216,12 +216,13 @@ def plan_variant(
     analyzers: tuple[AnalyzerConfig, ...] = (),
     woken: bool = False,
     profiles: ProfileSource | None = None,
+    ahead: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
     """The planner's view of the variant (``ctx.planned``), once its target is read.
 
     ``analyzers``: the saturation analyzers of its model; ``woken``: scaled from zero within its
     retention period (not idle, whatever the counter says); ``profiles``: where learned profiles come
-    from (the spec's otherwise)."""
+    from (the spec's otherwise); ``ahead``: the demand forecasts by (model, namespace), req/min."""
     if ctx.invalid or ctx.target is None or (ctx.va is None and ctx.annotated is None):
         return
     model, namespace, cfg = ctx.model_id or "", ctx.key[0], cycle.main
@@ -271,6 +272,8 @@ def plan_variant(
             load=load,
             config=cfg,
             profiles=profiles(ctx.va, namespace) if profiles is not None else None,
+            workload=snapshot.workload(model, namespace) if snapshot is not None else None,
+            ahead_rpm=(ahead or {}).get((model, namespace)),
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"

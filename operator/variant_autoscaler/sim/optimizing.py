@@ -51,7 +51,7 @@ from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.core.forecast import ForecastConfig, ForecastState
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
-from variant_autoscaler.core.guard import GuardInput, GuardParams, guard
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy
 from variant_autoscaler.core.workload import (
@@ -425,6 +425,9 @@ class OptimizerPolicy(Policy):
         self._workloads = workloads and bool(tail)
         self._tail_models = frozenset(tail)
         self._supply_models = frozenset(ahead)
+        # Without an explicit mode the forecast goes to the planner, which plans attainment classes for it
+        # (the operator's path); an explicit mode raises the load itself (the ablation).
+        self._forecast_auto = forecast is None
         self.forecast_mode: dict[str, ForecastMode] = {
             m.model_id: forecast if forecast is not None else ("quantile" if m.model_id in ahead else "none")
             for m in scenario.models
@@ -444,6 +447,7 @@ class OptimizerPolicy(Policy):
         self.interval_s = min(interval_s, tick) if self.guarded else interval_s
         self._next_plan = interval_s
         self._rate_per_replica: dict[str, float] = {}
+        self._planned: dict[str, int] = {}
         self._guard_params = GuardParams()
         self.guard_actions = 0
 
@@ -462,10 +466,12 @@ class OptimizerPolicy(Policy):
         held: frozenset[str] = frozenset(),
         workloads: Mapping[str, Workload] | None = None,
         max_batch: Mapping[str, int] | None = None,
+        ahead: Mapping[str, float] | None = None,
     ) -> PlanOutcome:
         """One planning call, as the operator makes it; the models in ``held`` have no metrics.
         ``workloads``: per model, its measured burstiness and lengths (tail sizing); ``max_batch``: per
-        variant, the batch its server runs (None: the optimizer may choose)."""
+        variant, the batch its server runs (None: the optimizer may choose); ``ahead``: per model, its
+        demand forecast (req/min), planned for by attainment classes."""
         planned: list[PlannedVariant] = []
         cfg = self.inputs.config
         for var in self.scenario.variants:
@@ -482,6 +488,7 @@ class OptimizerPolicy(Policy):
                     else ObservedLoad(load.rpm, load.avg_input_tokens, load.avg_output_tokens),
                     config=cfg,
                     workload=workloads.get(var.model) if workloads is not None else None,
+                    ahead_rpm=ahead.get(var.model) if ahead is not None else None,
                 )
             )
         request = PlanRequest(
@@ -521,7 +528,7 @@ class OptimizerPolicy(Policy):
         loads = observed_loads(obs, self.scenario, self.load_source, cfg.queue_drain_seconds)
         if self.forecast_s > 0:
             loads = self._forecast(obs.now, loads)
-        loads = self._ahead(loads)
+        loads, ahead = self._ahead(loads)
         workloads = (
             {m: obs.models[m].workload() for m in self._tail_models if m in obs.models}
             if self._workloads
@@ -537,12 +544,16 @@ class OptimizerPolicy(Policy):
         # WVA skips a variant without metrics after planning; the operator holds it in the plan.
         held = frozenset(m for m, ok in metrics_ok.items() if not ok) if self.replica_policy else frozenset()
         batches = {name: view.max_batch for name, view in obs.variants.items()} if self._tail_models else None
-        outcome = self.plan(loads, current, obs.capacity, held=held, workloads=workloads, max_batch=batches)
+        outcome = self.plan(
+            loads, current, obs.capacity, held=held, workloads=workloads, max_batch=batches, ahead=ahead
+        )
         if outcome.plan is not None:
             for var in self.scenario.variants:
                 d = outcome.plan.decisions.get(f"{NAMESPACE}/{var.name}")
                 if d is not None and d.rate_per_replica > 0:
                     self._rate_per_replica[var.name] = d.rate_per_replica
+                if d is not None:
+                    self._planned[var.name] = d.replicas
         actions: dict[str, Action] = {}
         for var in self.scenario.variants:
             view = obs.variants[var.name]
@@ -564,60 +575,76 @@ class OptimizerPolicy(Policy):
                 actions[var.name] = Action(replicas=desired)
         return actions
 
-    def _ahead(self, loads: Mapping[str, ModelLoad]) -> dict[str, ModelLoad]:
-        """Each model's demand, raised to its forecast over "start-up + one interval" where the policy
-        forecasts (the forecaster learns from every observed demand either way)."""
+    def _ahead(self, loads: Mapping[str, ModelLoad]) -> tuple[dict[str, ModelLoad], dict[str, float]]:
+        """Each model's demand and forecast over "start-up + one interval": handed to the planner as
+        the operator does (``ahead``, req/min), or with an explicit mode, the demand raised to it here.
+        The forecaster learns from every observed demand either way."""
         out: dict[str, ModelLoad] = {}
+        ahead: dict[str, float] = {}
         for model, load in loads.items():
             cfg = self._forecast_cfg[model]
             state = update_forecast(self._forecasts[model], load.rpm / 60.0, cfg)
             self._forecasts[model] = state
             mode = self.forecast_mode[model]
+            out[model] = load
             if mode == "none":
-                out[model] = load
                 continue
-            ahead = forecast_rate(state, cfg)
-            rate = ahead.upper if mode == "quantile" else ahead.point
-            out[model] = ModelLoad(max(load.rpm, rate * 60.0), load.avg_input_tokens, load.avg_output_tokens)
-        return out
+            found = forecast_rate(state, cfg)
+            rate = (found.upper if mode == "quantile" else found.point) * 60.0
+            if self._forecast_auto:
+                ahead[model] = rate
+            else:
+                out[model] = ModelLoad(max(load.rpm, rate), load.avg_input_tokens, load.avg_output_tokens)
+        return out, ahead
 
     def _guard(self, obs: Observation, desired: Mapping[str, int]) -> dict[str, Action]:
-        """The burst guard on every guarded variant (scale-up only; see core/guard.py)."""
+        """The burst guard on every guarded model (scale-up only; see core/guard.py), from what the
+        operator's one guard query reads: per model, the queue, its growth, the completions and the
+        KV-cache usage of its ready replicas."""
         actions: dict[str, Action] = {}
         window = self.scenario.settings.rate_window_s
-        for var in self.scenario.variants:
-            if var.model not in self.guarded:
+        for model in self.scenario.models:
+            if model.model_id not in self.guarded:
                 continue
-            view = obs.variants[var.name]
-            if not view.metrics_ok:
+            variants = [v for v in self.scenario.variants if v.model == model.model_id]
+            views = [obs.variants[v.name] for v in variants]
+            if not any(v.metrics_ok for v in views):
                 continue
-            va = self.inputs.vas[var.name]
+            ready = sum(v.ready for v in views)
             decision = guard(
                 GuardInput(
                     now=obs.now,
-                    desired=desired[var.name],
-                    ready=view.ready,
-                    completion_rate=view.success_rpm / 60.0,
-                    waiting=view.waiting,
-                    waiting_growth=view.waiting_growth,
+                    completion_rate=sum(v.success_rpm for v in views) / 60.0,
+                    waiting=sum(v.waiting for v in views),
+                    waiting_growth=sum(v.waiting_growth for v in views),
                     window_s=window,
-                    kv_usage=view.kv_usage,
-                    rate_per_replica=self._rate_per_replica.get(var.name),
-                    drain_s=self._startup[var.model],
-                    starting_ready_at=view.starting_ready_at,
-                    max_replicas=va.spec.max_replicas,
+                    kv_usage=sum(v.kv_usage * v.ready for v in views) / ready if ready else 0.0,
+                    drain_s=model.startup_s,
+                    variants=tuple(
+                        GuardVariant(
+                            key=var.name,
+                            desired=desired[var.name],
+                            ready=view.ready,
+                            rate_per_replica=self._rate_per_replica.get(var.name),
+                            planned=self._planned.get(var.name, 0),
+                            starting_ready_at=view.starting_ready_at,
+                            max_replicas=self.inputs.vas[var.name].spec.max_replicas,
+                        )
+                        for var, view in zip(variants, views, strict=True)
+                    ),
                 ),
                 self._guard_params,
             )
-            if decision.replicas is None or decision.replicas <= desired[var.name]:
-                continue
-            actions[var.name] = Action(replicas=decision.replicas)
-            self.guard_actions += 1
-            # The guard's count is a recommendation like the planner's: scale-down stays conservative.
-            state = self._state[var.name]
-            state.history = (*state.history, Recommendation(time=_at(obs.now), replicas=decision.replicas))
-            state.last_desired = decision.replicas
-            state.last_scale_time = _at(obs.now)
+            for name, replicas in decision.replicas.items():
+                if replicas <= desired[name]:
+                    continue
+                actions[name] = Action(replicas=replicas)
+                self.guard_actions += 1
+                # The guard's count is a recommendation like the planner's: scale-down stays conservative.
+                state = self._state[name]
+                state.history = (*state.history, Recommendation(time=_at(obs.now), replicas=replicas))
+                state.last_desired = replicas
+                state.last_scale_time = _at(obs.now)
         return actions
 
     def _forecast(self, now: float, loads: Mapping[str, ModelLoad]) -> dict[str, ModelLoad]:
