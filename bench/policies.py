@@ -42,7 +42,7 @@ TRACE = Path(
 TRACE_SCENARIO = HERE / "scenarios" / "azure-conv.yaml"
 SCENARIOS: tuple[str, ...] = (*BUNDLED, "azure-conv")
 SCARCE: frozenset[str] = frozenset({"scarce"})  # scenarios where demand exceeds the inventory
-POLICIES: tuple[str, ...] = POLICY_NAMES
+POLICIES: tuple[str, ...] = (*POLICY_NAMES, "oracle-cheapest")
 BASELINES: tuple[str, ...] = (
     "static",
     "hpa-waiting",
@@ -58,6 +58,16 @@ ABLATION: tuple[str, ...] = tuple(
     for guard in ("noguard", "guard")
 )
 OURS_ARM = "ours:tail/quantile/guard"  # what ours is: the arm is not run twice
+#: Each baseline given more capacity by its own knob, to compare with ours at equal attainment: HPA
+#: thresholds per pod, the 2025 WVA planning against tighter SLOs, the saturation thresholds lowered.
+SWEEPS: Mapping[str, tuple[str, ...]] = {
+    "hpa-waiting": ("hpa-waiting@1", "hpa-waiting@0.2"),
+    "hpa-kv": ("hpa-kv@0.25", "hpa-kv@0.1"),
+    "wva-2025": ("wva-2025@0.5", "wva-2025@0.25"),
+    "wva-saturation-v1": ("wva-saturation-v1@0.4", "wva-saturation-v1@0.2"),
+    "wva-saturation-v2": ("wva-saturation-v2@0.4", "wva-saturation-v2@0.2"),
+}
+TUNED: tuple[str, ...] = tuple(name for names in SWEEPS.values() for name in names)
 ATTAIN_TARGET = 0.99
 COST_TARGET = 1.15
 SAVING = 0.20
@@ -112,14 +122,18 @@ def _scenario_table(name: str, report: Mapping[str, Any]) -> list[str]:
             f"| {_ms(lat['itl_p50'])} / {_ms(lat['itl_p99'])} "
             f"| {s['scaling_actions']['total']} | {s['sim']['simulated_s_per_cpu_s']:,.0f} |"
         )
-    notes = pol["oracle"].get("notes")
-    if notes:
-        tried = ", ".join(f"{t['planning_attainment']:g} % → {t['cost']:,.0f}" for t in notes["tried"])
-        lines += [
-            "",
-            f"The oracle planned for {notes['planning_attainment']:g} % (tried: {tried}): the cheapest run "
-            "that met the targets in simulation.",
-        ]
+    for which, what in (
+        ("oracle", "the tail model's plan for the classes' own attainment, tightened where the run missed"),
+        ("oracle-cheapest", "the cheapest run that met the targets over the whole run"),
+    ):
+        notes = pol[which].get("notes")
+        if notes:
+            tried = ", ".join(f"{t['planning_attainment']:g} % → {t['cost']:,.0f}" for t in notes["tried"])
+            lines += [
+                "",
+                f"`{which}` planned every interval for {notes['planning_attainment']:g} % ({what}; "
+                f"tried: {tried}).",
+            ]
     models = report["scenario"]["models"]
     if len(models) > 1:
         lines += ["", "Per model (share of its requests within SLO / dropped):", ""]
@@ -208,6 +222,26 @@ def _first_priority(report: Mapping[str, Any], policy: str) -> tuple[str, float]
     return first, per[first]["attainment"]
 
 
+def _judged(report: Mapping[str, Any], name: str, policy: str) -> float:
+    """The attainment a target judges: of all requests, or in scarce scenarios of the first-priority
+    class."""
+    if name in SCARCE:
+        return _first_priority(report, policy)[1]
+    return float(report["policies"][policy]["attainment"])
+
+
+def equal_attainment(report: Mapping[str, Any], name: str, base: str) -> tuple[str, bool]:
+    """The baseline's run to compare ours with: the cheapest of its settings (its default and
+    :data:`SWEEPS`) that attains at least what ours does (True), else its best-attaining one (False)."""
+    pol = report["policies"]
+    ours = _judged(report, name, "ours")
+    runs = [base, *SWEEPS.get(base, ())]
+    reach = [r for r in runs if _judged(report, name, r) >= ours]
+    if reach:
+        return min(reach, key=lambda r: pol[r]["cost"]), True
+    return max(runs, key=lambda r: (_judged(report, name, r), -pol[r]["cost"])), False
+
+
 def _ablation_best(report: Mapping[str, Any]) -> str:
     pol = report["policies"]
     oracle_cost = pol["oracle"]["cost"]
@@ -257,28 +291,14 @@ def _why_cost(report: Mapping[str, Any]) -> str:
     ours_gpu = sum(pol["ours"]["gpu_hours"].values())
     oracle_gpu = sum(pol["oracle"]["gpu_hours"].values())
     br = cost_breakdown(report, "ours")
-    notes = pol["oracle"].get("notes") or {}
-    level = notes.get("planning_attainment")
-    why_level = (
-        f" The oracle plans for {level:g} % per interval and still meets 99 % over the run (whole replicas "
-        "leave slack in most intervals); ours plans every interval for 99 %."
-        if level is not None and level < 99.0
-        else ""
-    )
     return (
         f"ours holds {ours_gpu:.1f} GPU-h against the oracle's {oracle_gpu:.1f}: "
         f"{br['starting']:.1f} GPU-h in replicas still starting (the oracle starts instantly), and "
-        f"{br['excess']:.1f} replica-hours above the oracle's allocation, minute by minute (the forecast's "
-        f"upper quantile, the 300 s scale-down stabilisation).{why_level} {_ablation_best(report)}"
+        f"{br['excess']:.1f} replica-hours above the oracle's allocation, minute by minute: the forecast's "
+        "upper quantile (a plan made now must hold until start-up + one interval, the oracle's only for "
+        "the coming minute, whose load it knows) and the 300 s scale-down stabilisation. "
+        f"{_ablation_best(report)}"
     )
-
-
-def _beats(ours: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[bool, float]:
-    """At equal or better attainment at least 20 % cheaper, or better attainment at no more cost."""
-    saving = 1.0 - ours["cost"] / base["cost"] if base["cost"] > 0 else 0.0
-    at_least = ours["attainment"] >= base["attainment"]
-    ok = (at_least and saving >= SAVING) or (ours["attainment"] > base["attainment"] and saving >= 0.0)
-    return ok, saving
 
 
 def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
@@ -309,29 +329,63 @@ def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[s
         )
         if not ok:
             whys.append(f"- **{name}, cost:** {_why_cost(report)}")
+        mine = _judged(report, name, "ours")
         for base in BASELINES:
-            b = pol[base]
-            ok, saving = _beats(ours, b)
-            gain = 100 * (ours["attainment"] - b["attainment"])
+            run, reached = equal_attainment(report, name, base)
+            b = pol[run]
+            theirs = _judged(report, name, run)
+            saving = 1.0 - ours["cost"] / b["cost"] if b["cost"] > 0 else 0.0
+            if reached:
+                ok = saving >= SAVING
+                measured = (
+                    f"`{run}` attains {_pct(theirs)} at {b['cost']:,.0f}: ours {100 * saving:+.1f} % cost"
+                )
+            else:
+                ok = saving >= 0.0
+                measured = (
+                    f"no setting reaches ours' {_pct(mine)}; the best, `{run}`, {_pct(theirs)} at "
+                    f"{b['cost']:,.0f}: ours {100 * saving:+.1f} % cost"
+                )
             rows.append(
                 f"| {name} | ours ≥ 20 % cheaper than {base} at equal attainment (or more at equal cost) "
-                f"| {100 * saving:+.1f} % cost, attainment {gain:+.2f} pp | {'pass' if ok else '**fail**'} |"
+                f"| {measured} | {'pass' if ok else '**fail**'} |"
             )
             if not ok:
                 why = (
-                    f"{base} costs {b['cost']:,.0f} for {_pct(b['attainment'])} within SLO "
-                    f"({_gpu_hours(b)}); ours {ours['cost']:,.0f} for {_pct(ours['attainment'])} "
-                    f"({_gpu_hours(ours)})."
+                    f"`{run}` costs {b['cost']:,.0f} for {_pct(theirs)} ({_gpu_hours(b)}); ours "
+                    f"{ours['cost']:,.0f} for {_pct(mine)} ({_gpu_hours(ours)})."
                 )
-                if ours["attainment"] >= b["attainment"]:
-                    why += (
-                        f" Ours attains more, at {ours['cost'] / b['cost']:.2f}× its cost: "
-                        f"{base} buys less capacity and misses more."
-                    )
+                if reached:
+                    why += f" At equal attainment ours saves only {100 * saving:.1f} % of the cost."
                 else:
-                    why += f" {base} attains more, at {b['cost'] / ours['cost']:.2f}× ours' cost."
+                    why += (
+                        f" None of {base}'s settings tried reaches ours' attainment; ours attains more at "
+                        f"{ours['cost'] / b['cost']:.2f}× the cost of its best."
+                    )
                 whys.append(f"- **{name}, vs {base}:** {why}")
     return rows, whys
+
+
+def sweep_table(name: str, report: Mapping[str, Any]) -> list[str]:
+    pol = report["policies"]
+    cells = []
+    for base in BASELINES:
+        runs = [base, *SWEEPS.get(base, ())]
+        cells.append(
+            f"| {base} | "
+            + "; ".join(f"`{r}` {_pct(_judged(report, name, r))} at {pol[r]['cost']:,.0f}" for r in runs)
+            + " |"
+        )
+    judged = "the first-priority class's share" if name in SCARCE else "the share"
+    return [
+        f"Baselines given more capacity by their own knob ({judged} within SLO at its cost; ours: "
+        f"{_pct(_judged(report, name, 'ours'))} at {pol['ours']['cost']:,.0f}):",
+        "",
+        "| baseline | settings |",
+        "|---|---|",
+        *cells,
+        "",
+    ]
 
 
 def ablation_table(reports: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -372,7 +426,7 @@ def run(jobs: int | None = None) -> str:
             print(f"   {name}: skipped, {TRACE} not found", file=sys.stderr, flush=True)
             continue
         t0 = time.perf_counter()
-        names = [*POLICIES, *(a for a in ABLATION if a != OURS_ARM)]
+        names = [*POLICIES, *(a for a in ABLATION if a != OURS_ARM), *TUNED]
         options = PolicyOptions(oracle_first_priority=name in SCARCE)
         results = run_policies(scenario, names, jobs=jobs, options=options)
         print(f"   {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -383,6 +437,7 @@ def run(jobs: int | None = None) -> str:
         total_requests += len(results[0].arrival_s) * len(results)
         speeds[name] = sum(scenario.duration_s for _ in results) / sum(r.cpu_s for r in results)
         sections += _scenario_table(name, report)
+        sections += sweep_table(name, report)
     wall = time.perf_counter() - started
     rows, whys = targets(reports)
     speed = ", ".join(f"{n} {v:,.0f}" for n, v in speeds.items())
@@ -404,10 +459,14 @@ def run(jobs: int | None = None) -> str:
         "(the operator in patch mode: limited mode over the inventory, the load shared across a model's "
         "variants, tail sizing on the burstiness and lengths read over the last 10 minutes, the demand "
         "forecast's 0.9 quantile over start-up + one interval, the burst guard every scrape, starting "
-        "replicas counted as supply, the operator's replica policy), `oracle` (each minute planned with "
-        "the tail model for the load that will arrive in it, replicas ready at once; the planning "
-        "attainment loosened while the simulation still meets the targets: the cheapest allocation shown "
-        "to meet them). See docs/simulator.md and docs/tail-slo.md.",
+        "replicas counted as supply, the operator's replica policy), `oracle` (each minute, the fewest "
+        "replicas the tail model says keep 99 % of that minute's requests within SLO, knowing the load "
+        "that will arrive in it, replicas ready at once; checked by simulation, its planning attainment "
+        "tightened where the run missed the target) and `oracle-cheapest` (the same, the planning "
+        "attainment loosened while the whole run still meets the target: a tighter bound that lets "
+        "single minutes fall below it). Cost ratios are against `oracle`. Below each scenario, each "
+        "baseline given more capacity by its own knob, for the comparisons at equal attainment. See "
+        "docs/simulator.md and docs/tail-slo.md.",
         "",
         f"Command: `{COMMAND}` ({jobs} worker processes, on a machine shared with other jobs: wall times "
         f"are inflated by their load). Whole benchmark: {wall:.0f} s wall, {total_cpu:.0f} s CPU for "

@@ -708,13 +708,15 @@ class OptimizerPolicy(Policy):
 
 
 def wva_policy(
-    scenario: Scenario, *, planner: Planner | None = None, name: str = "wva-2025"
+    scenario: Scenario, *, planner: Planner | None = None, name: str = "wva-2025", slo_scale: float = 1.0
 ) -> OptimizerPolicy:
     """WVA as wva.md describes it, the 2025 generation (unlimited, keep accelerator, 60 s, completion
-    rate, min 1)."""
+    rate, min 1); ``slo_scale < 1`` plans against tighter SLOs (more capacity, to compare at equal
+    attainment)."""
     return OptimizerPolicy(
         scenario,
         name=name,
+        slo_scale=slo_scale,
         interval_s=60.0,
         mode="unlimited",
         load_source="wva",

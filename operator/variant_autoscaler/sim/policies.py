@@ -215,8 +215,18 @@ class SaturationPolicy(Policy):
     them close), at the last scrape rather than the maximum over the minute WVA reads.
     """
 
-    def __init__(self, scenario: Scenario, *, version: Literal["v1", "v2"], name: str | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        version: Literal["v1", "v2"],
+        name: str | None = None,
+        v1: V1Params | None = None,
+        v2: V2Params | None = None,
+    ) -> None:
         self.version = version
+        self.v1 = v1 or V1Params()
+        self.v2 = v2 or V2Params()
         self.name = name or f"wva-saturation-{version}"
         self.interval_s = 60.0 if version == "v1" else 15.0
         self.scenario = scenario
@@ -253,14 +263,12 @@ class SaturationPolicy(Policy):
             variants = [v for v in self.scenario.variants if v.model == model.model_id]
             states = [self._state(obs.variants[v.name], v.min_replicas, v.max_replicas) for v in variants]
             if self.version == "v1":
-                verdict = analyze_v1(states, V1Params())
+                verdict = analyze_v1(states, self.v1)
             else:
                 views = [obs.variants[v.name] for v in variants]
                 served = sum(v.success_rpm for v in views)
                 tokens = sum(v.success_rpm * (v.avg_input_tokens or 0.0) for v in views)
-                verdict = analyze_v2(
-                    states, V2Params(), avg_input_tokens=tokens / served if served > 0 else 0.0
-                )
+                verdict = analyze_v2(states, self.v2, avg_input_tokens=tokens / served if served > 0 else 0.0)
             decisions = combine_analyzers([verdict], {s.key: s.replicas for s in states})
             for state in states:
                 d = decisions[state.key]
