@@ -204,6 +204,9 @@ class PlanOutcome:
     # Variants planned for attainment or percentile targets: the forecast, the burst guard and starting
     # replicas counted as supply apply to them (docs/tail-slo.md).
     ahead: frozenset[VariantKey] = frozenset()
+    # Limited mode: per variant, the replicas that still fit on its device beside the plan (the burst
+    # guard adds no more); absent in unlimited mode.
+    room: Mapping[VariantKey, int] = field(default_factory=dict)
 
 
 class Planner(Protocol):
@@ -422,6 +425,7 @@ class OptimizerPlanner:
             unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
             plan=plan,
             ahead=frozenset(ahead),
+            room=_room(inputs, keys, request, plan),
         )
 
 
@@ -528,3 +532,20 @@ def _apply(
         reason=reason,
         decided_by=decision.decided_by,
     )
+def _room(
+    inputs: Iterable[VariantInput], keys: Mapping[str, VariantKey], request: PlanRequest, plan: Plan
+) -> dict[VariantKey, int]:
+    """Per variant, the replicas of its current accelerator that still fit beside the plan (limited
+    mode only)."""
+    if request.capacity is None:
+        return {}
+    room: dict[VariantKey, int] = {}
+    for variant in inputs:
+        name = variant.current_accelerator
+        acc = request.accelerators.get(name or "")
+        profile = variant.profile(name) if name else None
+        if acc is None or profile is None:
+            continue
+        free = request.capacity.get(acc.device, 0) - plan.usage.get(acc.device, 0)
+        room[keys[variant.key]] = max(0, free // (profile.acc_count * acc.multiplicity))
+    return room

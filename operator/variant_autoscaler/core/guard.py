@@ -19,7 +19,8 @@ start-up time: replicas asked for now serve only after it). The collector's dema
 ready ones, and those still starting, each of which will be ready before any replica asked for now
 (their expected ready times are named in the reason). When the demand exceeds that, the missing
 capacity goes to the variant the last plan gave the most replicas (the one it found cheapest for the
-load), at most doubling its count (plus four) per step, within its ``maxReplicas``.
+load), at most doubling its count (plus four) per step, within its ``maxReplicas`` and, in limited
+mode, within the GPUs the last plan left free (never those it gave to another variant).
 
 Pure: values in, a decision out; time is passed in.
 """
@@ -64,6 +65,9 @@ class GuardVariant:
     planned: int = 0
     starting_ready_at: tuple[float, ...] = ()
     max_replicas: int | None = None
+    # Replicas that still fit on its accelerators beside the last plan (limited mode; None: no limit):
+    # the guard never takes GPUs the plan gave to others (a higher priority, say).
+    room: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +137,21 @@ def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
     have = _supply_text(inp.variants, inp.now)
     if demand <= supply * (1.0 + 1e-9):
         return GuardDecision({}, f"{what} ({have})")
-    grow = [v for v in known if v.max_replicas is None or v.desired < v.max_replicas]
+    grow = [
+        v
+        for v in known
+        if (v.max_replicas is None or v.desired < v.max_replicas) and (v.room is None or v.room > 0)
+    ]
     if not grow:
-        return GuardDecision({}, f"{what}, but every variant is at its maxReplicas")
+        return GuardDecision({}, f"{what}, but no variant may grow (maxReplicas, or no GPUs left)")
     target = max(grow, key=lambda v: (v.planned, v.desired, -len(v.key), v.key))
     rate = target.rate_per_replica or 0.0
     want = target.desired + math.ceil((demand - supply) / rate - 1e-9)
     want = min(want, max(2 * target.desired, target.desired + 4))
     if target.max_replicas is not None:
         want = min(want, target.max_replicas)
+    if target.room is not None:
+        want = min(want, target.desired + target.room)
     return GuardDecision(
         {target.key: want},
         f"burst guard: {what} ({have}): {target.key} {target.desired} -> {want} at {rate:.3g} req/s each",

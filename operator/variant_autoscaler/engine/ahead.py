@@ -138,6 +138,7 @@ class _Armed:
     rate_per_replica: float | None
     planned: int
     max_replicas: int | None
+    room: int | None
 
 
 class BurstGuard:
@@ -181,7 +182,9 @@ class BurstGuard:
             d = decisions.get(f"{key[0]}/{key[1]}")
             rate = d.rate_per_replica if d is not None and d.rate_per_replica > 0 else None
             planned = d.replicas if d is not None else 0
-            armed[key] = _Armed(key, (model, key[0]), target, rate, planned, max_replicas)
+            armed[key] = _Armed(
+                key, (model, key[0]), target, rate, planned, max_replicas, outcome.room.get(key)
+            )
         self._armed = armed
 
     def actions(self) -> Mapping[VariantKey, GuardAction]:
@@ -238,6 +241,7 @@ class BurstGuard:
                             rate_per_replica=m.rate_per_replica,
                             planned=m.planned,
                             max_replicas=m.max_replicas,
+                            room=m.room,
                         )
                         for m in members
                     ),
@@ -257,6 +261,8 @@ class BurstGuard:
                 if moved is not None:
                     continue  # someone changed it since the cycle read it: the next cycle decides
                 logger.info("%s/%s: %s", key[0], key[1], decision.reason)
+                if armed.room is not None:
+                    armed.room = max(0, armed.room - (replicas - armed.target.spec_replicas))
                 armed.target = replace(armed.target, spec_replicas=replicas)
                 self._actions[key] = GuardAction(now, replicas, decision.reason)
                 if self._on_scale is not None:

@@ -448,6 +448,7 @@ class OptimizerPolicy(Policy):
         self._next_plan = interval_s
         self._rate_per_replica: dict[str, float] = {}
         self._planned: dict[str, int] = {}
+        self._room: dict[str, int] = {}
         self._guard_params = GuardParams()
         self.guard_actions = 0
 
@@ -547,6 +548,7 @@ class OptimizerPolicy(Policy):
         outcome = self.plan(
             loads, current, obs.capacity, held=held, workloads=workloads, max_batch=batches, ahead=ahead
         )
+        self._room = {key[1]: n for key, n in outcome.room.items()}
         if outcome.plan is not None:
             for var in self.scenario.variants:
                 d = outcome.plan.decisions.get(f"{NAMESPACE}/{var.name}")
@@ -629,6 +631,7 @@ class OptimizerPolicy(Policy):
                             planned=self._planned.get(var.name, 0),
                             starting_ready_at=view.starting_ready_at,
                             max_replicas=self.inputs.vas[var.name].spec.max_replicas,
+                            room=self._room.get(var.name),
                         )
                         for var, view in zip(variants, views, strict=True)
                     ),
@@ -640,6 +643,8 @@ class OptimizerPolicy(Policy):
                     continue
                 actions[name] = Action(replicas=replicas)
                 self.guard_actions += 1
+                if name in self._room:
+                    self._room[name] = max(0, self._room[name] - (replicas - desired[name]))
                 # The guard's count is a recommendation like the planner's: scale-down stays conservative.
                 state = self._state[name]
                 state.history = (*state.history, Recommendation(time=_at(obs.now), replicas=replicas))
