@@ -109,6 +109,28 @@ def _smoothed(edges: Sequence[float], levels: Sequence[float]) -> tuple[list[flo
     return values, knots
 
 
+def _fit_top(values: list[float], knots: list[float], low: float, mean: float) -> list[float]:
+    """The knots of the top bucket ``(low, values[-1]]`` squeezed towards its lower or its upper end so
+    that the mean is ``mean``, when the data end inside that bucket (its upper bound is only a bound)."""
+    top = values[-1]
+    start = next(i for i, v in enumerate(values) if v >= low)
+    rest = sum((knots[k + 1] - knots[k]) * (values[k] + values[k + 1]) / 2.0 for k in range(start))
+    inside = sum(
+        (knots[k + 1] - knots[k]) * (values[k] + values[k + 1]) / 2.0 for k in range(start, len(values) - 1)
+    )
+    mass = knots[-1] - knots[start]
+    if mass <= 0 or top <= low:
+        return values
+    want = (mean - rest) / mass  # the mean the top bucket must have
+    have = inside / mass
+    if want < have:  # squeezed about low: low + s·(have − low) = want
+        s = min(max((want - low) / (have - low), 0.05), 1.0)
+        return [*values[:start], *(low + s * (v - low) for v in values[start:])]
+    # About top: top − s·(top − have) = want.
+    s = min(max((top - want) / (top - have), 0.05), 1.0) if top > have else 1.0
+    return [*values[:start], *(top - s * (top - v) for v in values[start:])]
+
+
 @dataclass(frozen=True, slots=True)
 class TokenLengths:
     """A distribution of tokens per request as a piecewise-linear CDF: ``values[k]`` tokens at cumulative
@@ -195,6 +217,8 @@ class TokenLengths:
         for bound, count in pairs:
             level = min(count / total, 1.0)
             if level <= levels[-1]:
+                if levels[-1] == 0.0 and not math.isinf(bound):
+                    edges[0] = bound  # below the first bucket with mass there is none (histogram_quantile)
                 continue
             if math.isinf(bound):
                 inf_level = level
@@ -202,6 +226,8 @@ class TokenLengths:
             edges.append(max(bound, edges[-1]))
             levels.append(level)
         values, knots = _smoothed(edges, levels) if smooth else (list(edges), list(levels))
+        if smooth and inf_level is None and mean is not None and mean > 0 and len(edges) >= 2:
+            values = _fit_top(values, knots, edges[-2], mean)
         if inf_level is not None:
             last = values[-1]
             top = 2.0 * last if last > 0 else 1.0

@@ -16,6 +16,7 @@ from variant_autoscaler.sim.policies import (
     StaticPolicy,
     ThresholdPolicy,
 )
+from variant_autoscaler.sim.replica import ServerFactory
 from variant_autoscaler.sim.report import classify
 from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.simulator import RunResult, scenario_arrivals, simulate
@@ -249,6 +250,7 @@ def checked_oracle(
     options: PolicyOptions | None = None,
     *,
     loosen: bool = False,
+    server_factory: ServerFactory | None = None,
 ) -> RunResult:
     """The oracle as a lower bound that means something, checked by simulation.
 
@@ -268,7 +270,7 @@ def checked_oracle(
     tail = [m for m in scenario.models if m.tail_slo and m.slo_attainment > 0]
     if not tail:
         policy = OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
-        return simulate(scenario, policy, arrivals=arrivals)
+        return simulate(scenario, policy, server_factory, arrivals=arrivals)
     if opts.oracle_first_priority:
         top = min(scenario.class_by_name[m.service_class].priority for m in tail)
         tail = [m for m in tail if scenario.class_by_name[m.service_class].priority == top]
@@ -277,7 +279,7 @@ def checked_oracle(
 
     def run(level: float) -> tuple[RunResult, bool, float]:
         policy = OraclePolicy(scenario, interval_s=opts.oracle_interval_s, planning_attainment=level)
-        result = simulate(scenario, policy, arrivals=arrivals)
+        result = simulate(scenario, policy, server_factory, arrivals=arrivals)
         got = _attainments(result)
         worst = min(got[m.model_id] - m.slo_attainment / 100.0 for m in tail)
         tried.append({"planning_attainment": level, "cost": round(sum(result.cost.values()), 4)})
