@@ -377,6 +377,93 @@ def speed_rows() -> list[tuple[int, float, float]]:
     return out
 
 
+PLAN_VARIANTS = 1000
+PLAN_FAMILIES = 24
+PLAN_ACCELERATORS = 8
+
+
+def plan_rows() -> list[tuple[str, int, float]]:
+    """(path, candidates, seconds): the optimizer's candidate sizing for many variants of attainment
+    classes (seeded: 24 model families, each with its own lengths and burstiness, on 8 accelerators,
+    1,000 variants), cold, in the next cycle with the traffic unchanged, and in one where every family's
+    workload moved by about 1 %; against the same candidates on means (the analyzer's batch, cold)."""
+    from variant_autoscaler.core.analyzer import clear_sizing_memo
+    from variant_autoscaler.core.candidates import build_candidate_sets
+    from variant_autoscaler.core.model import AcceleratorType, Profile, ServiceTarget, VariantInput
+    from variant_autoscaler.core.tail import clear_tail_memo
+    from variant_autoscaler.core.workload import Workload
+
+    rng = np.random.default_rng(5)
+    accs = {
+        f"ACC{k}": AcceleratorType(f"ACC{k}", f"DEV{k}", float(rng.uniform(10, 100)))
+        for k in range(PLAN_ACCELERATORS)
+    }
+    families = []
+    for _ in range(PLAN_FAMILIES):
+        scale = float(rng.uniform(0.5, 2.0))
+        profiles = tuple(
+            Profile(
+                name,
+                1,
+                64,
+                ServiceParms(
+                    *(float(x) * scale * float(rng.uniform(0.5, 1.5)) for x in (20.58, 0.41, 20.58, 0.041))
+                ),
+            )
+            for name in accs
+        )
+        lengths = RequestLengths(
+            TokenLengths.lognormal(float(rng.uniform(200, 1500)), 0.6, high=8192),
+            TokenLengths.lognormal(float(rng.uniform(100, 400)), 0.6, high=2048),
+        )
+        bursts = Burstiness((30.0, 60.0, 120.0), tuple(float(x) for x in rng.uniform(1.0, 4.0, 3)), 20.0)
+        families.append((profiles, Workload(lengths, bursts)))
+
+    def variants(shift: float, tail: bool) -> list[tuple[VariantInput, None]]:
+        slo = SLO(ttft=2000.0, itl=80.0, attainment=99.0) if tail else SLO(ttft=2000.0, itl=80.0)
+        out = []
+        for i in range(PLAN_VARIANTS):
+            profiles, work = families[i % PLAN_FAMILIES]
+            assert work.lengths is not None and work.burstiness is not None
+            moved = Workload(
+                RequestLengths(
+                    TokenLengths(
+                        tuple(v * shift for v in work.lengths.input.values), work.lengths.input.levels
+                    ),
+                    work.lengths.output,
+                ),
+                Burstiness(work.burstiness.windows_s, work.burstiness.idc, work.burstiness.rate * shift),
+            ).rounded()
+            out.append(
+                (
+                    VariantInput(
+                        f"v{i}", "ns", f"m{i % PLAN_FAMILIES}", ServiceTarget("Premium", 1, slo), profiles,
+                        Load(float(rng.uniform(60, 1200)), 512.0, 256.0), workload=moved,
+                    ),
+                    None,
+                )
+            )  # fmt: skip
+        return out
+
+    def timed(jobs: list[tuple[VariantInput, None]]) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        sets = build_candidate_sets(jobs, accs, batch_count=1)
+        return sum(s.sizings for s in sets), time.perf_counter() - t0
+
+    clear_tail_memo()
+    rows = []
+    n, cold = timed(variants(1.0, True))
+    rows.append(("tail, cold", n, cold))
+    n, warm = timed(variants(1.0, True))
+    rows.append(("tail, the next cycle (traffic unchanged)", n, warm))
+    n, moved = timed(variants(1.01, True))
+    rows.append(("tail, the next cycle (every workload moved by 1 %)", n, moved))
+    clear_sizing_memo()
+    n, mean = timed(variants(1.0, False))
+    rows.append(("mean (the analyzer's batch), cold", n, mean))
+    return rows
+
+
 def run(engine: str = ENGINE) -> str:
     factory = _factory(engine)
     started = time.perf_counter()
@@ -385,6 +472,7 @@ def run(engine: str = ENGINE) -> str:
     sizing = sizing_rows(factory)
     lower = min_gpus_rows()
     speed = speed_rows()
+    plans = plan_rows()
     elapsed = time.perf_counter() - started
     which = f"`{engine}`" if engine else "the emulator's engine (`vllm_emulator.engine.Engine`)"
     lines = [
@@ -493,6 +581,23 @@ def run(engine: str = ENGINE) -> str:
     ]
     for n, tail, mean in speed:
         lines.append(f"| {n} | {tail:.2f} ms | {mean:.3f} ms |")
+    lines += [
+        "",
+        "### Many candidates at once (the planner's path)",
+        "",
+        f"The candidate sizing of one plan: {PLAN_VARIANTS:,} variants of attainment classes (seeded: "
+        f"{PLAN_FAMILIES} model families, each with its own length distribution and burstiness, on "
+        f"{PLAN_ACCELERATORS} accelerators, one batch size), through `build_candidate_sets` as the optimizer "
+        "calls it. The tail path sizes each distinct server (model, accelerator, batch, workload as the "
+        "planner rounds it, targets) once, remembers it for later cycles, and evaluates the model once per "
+        "server at all its variants' rates. Variants of one family share a server, as variants of one model "
+        "do in a cluster.",
+        "",
+        "| path | candidates | time | per candidate |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, n, seconds in plans:
+        lines.append(f"| {label} | {n:,} | {seconds:.2f} s | {1e6 * seconds / max(n, 1):.0f} µs |")
     lines.append("")
     return "\n".join(lines)
 

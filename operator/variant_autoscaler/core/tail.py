@@ -34,7 +34,6 @@ Everything is pure: times in ms, rates in requests per second at the public surf
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -629,41 +628,17 @@ def size_tail_allocation(
     sized by the mean model here too (WVA's meaning), so the function is a drop-in for every class.
     Raises :class:`InfeasibleError` / :class:`ModelError` as the analyzer does.
     """
-    unit = _number("unit cost", unit_cost)
-    if isinstance(acc_count, bool) or not isinstance(acc_count, int):
-        raise ModelError(f"accelerator count must be an integer, got {acc_count!r}")
-    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
-        raise ModelError(f"minimum replicas must be an integer >= 0, got {min_replicas!r}")
-    arrival = _number("arrival rate", load.arrival_rate)
-    per_replica_cost = unit * max(acc_count, 1)
-    if arrival == 0.0 or load.avg_output_tokens == 0.0:
-        if min_replicas == 0:
-            return Sizing("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        itl = parms.alpha + parms.beta
-        return Sizing(
-            accelerator, min_replicas, max_batch_size, per_replica_cost * min_replicas, itl,
-            parms.gamma + parms.delta, 0.0, 0.0,
-        )  # fmt: skip
-    lengths = lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
-    targets = TailTargets.from_slo(slo)
-    model, size = _sized((parms, max_batch_size, lengths, burstiness, kv_cache_tokens, targets, slo.tps))
-    rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
-    total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
-    needed = total / rate_star
-    if not needed <= 1_000_000:
-        raise InfeasibleError(f"the load of {total:.4g} req/s needs {needed:.3g} replicas")
-    replicas = max(math.ceil(needed), min_replicas, 1)
-    at = model.predict(min(total / replicas, model.rate_range[1]), targets)
-    return Sizing(
-        accelerator=accelerator,
-        replicas=replicas,
-        max_batch=max_batch_size,
-        cost=per_replica_cost * replicas,
-        itl=at.itl,
-        ttft=at.ttft,
-        rho=at.rho,
-        max_rate_per_replica=rate_star,
-    )
+    outcome = size_tail_allocations(
+        [
+            TailSizingRequest(
+                accelerator, unit_cost, acc_count, parms, max_batch_size, load, slo, min_replicas,
+                lengths, burstiness, kv_cache_tokens,
+            )
+        ]
+    )[0]  # fmt: skip
+    if isinstance(outcome, InfeasibleError | ModelError):
+        raise outcome
+    return outcome
 
 
 #: How many (server, workload, targets) sizings :func:`size_tail_allocation` remembers.
@@ -723,36 +698,123 @@ class TailSizingRequest:
     kv_cache_tokens: int | None = None
 
 
+class _Pending(NamedTuple):
+    """A request waiting for its server's sizing: its place, the load (req/s) and what it costs."""
+
+    at: int
+    request: TailSizingRequest
+    total: float
+    per_replica_cost: float
+
+
+def _prepare(req: TailSizingRequest) -> Sizing | tuple[_TailKey, float, float]:
+    """Check a request: the trivial sizing of no load, or its server's key, its load (req/s) and the
+    cost of one replica (raises ModelError on bad input)."""
+    unit = _number("unit cost", req.unit_cost)
+    if isinstance(req.acc_count, bool) or not isinstance(req.acc_count, int):
+        raise ModelError(f"accelerator count must be an integer, got {req.acc_count!r}")
+    low = req.min_replicas
+    if isinstance(low, bool) or not isinstance(low, int) or low < 0:
+        raise ModelError(f"minimum replicas must be an integer >= 0, got {low!r}")
+    load, parms = req.load, req.parms
+    arrival = _number("arrival rate", load.arrival_rate)
+    per_replica_cost = unit * max(req.acc_count, 1)
+    if arrival == 0.0 or load.avg_output_tokens == 0.0:
+        if low == 0:
+            return Sizing("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        itl = parms.alpha + parms.beta
+        return Sizing(
+            req.accelerator, low, req.max_batch_size, per_replica_cost * low, itl,
+            parms.gamma + parms.delta, 0.0, 0.0,
+        )  # fmt: skip
+    lengths = req.lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
+    slo = req.slo
+    targets = TailTargets.from_slo(slo)
+    key: _TailKey = (
+        parms,
+        req.max_batch_size,
+        lengths,
+        req.burstiness,
+        req.kv_cache_tokens,
+        targets,
+        slo.tps,
+    )
+    total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
+    return key, total, per_replica_cost
+
+
 def size_tail_allocations(requests: Sequence[TailSizingRequest]) -> list[SizingOutcome]:
     """:func:`size_tail_allocation` for every request, in order: each entry the :class:`Sizing`, or the
     :class:`InfeasibleError` / :class:`ModelError` that call raises (returned, not raised), as
-    :func:`~variant_autoscaler.core.analyzer.size_allocations` answers the candidate builder. Requests
-    with equal inputs are sized once."""
-    done: dict[TailSizingRequest, SizingOutcome] = {}
-    out: list[SizingOutcome] = []
-    for req in requests:
+    :func:`~variant_autoscaler.core.analyzer.size_allocations` answers the candidate builder.
+
+    Requests of one server (model, batch, workload, targets) share its search (remembered across calls,
+    :data:`TAIL_MEMO_LIMIT`) and one evaluation of the model at all their rates per replica, so a plan
+    costs one search and one evaluation per distinct server, however many variants share it."""
+    out: list[SizingOutcome | None] = [None] * len(requests)
+    groups: dict[_TailKey, list[_Pending]] = {}
+    loose: list[_Pending] = []  # unhashable inputs (a list where a tuple belongs): each on its own
+    for i, req in enumerate(requests):
         try:
-            known = done.get(req)
-        except TypeError:  # an unhashable field: size it anyway
-            known = None
-        if known is None:
-            try:
-                known = size_tail_allocation(
-                    accelerator=req.accelerator,
-                    unit_cost=req.unit_cost,
-                    acc_count=req.acc_count,
-                    parms=req.parms,
-                    max_batch_size=req.max_batch_size,
-                    load=req.load,
-                    slo=req.slo,
-                    lengths=req.lengths,
-                    burstiness=req.burstiness,
-                    min_replicas=req.min_replicas,
-                    kv_cache_tokens=req.kv_cache_tokens,
-                )
-            except (InfeasibleError, ModelError) as exc:
-                known = exc
-            with contextlib.suppress(TypeError):
-                done[req] = known
-        out.append(known)
-    return out
+            prepared = _prepare(req)
+        except ModelError as exc:
+            out[i] = exc
+            continue
+        if isinstance(prepared, Sizing):
+            out[i] = prepared
+            continue
+        key, total, cost = prepared
+        try:
+            groups.setdefault(key, []).append(_Pending(i, req, total, cost))
+        except TypeError:
+            loose.append(_Pending(i, req, total, cost))
+    for key, members in groups.items():
+        _size_group(key, members, out)
+    for member in loose:
+        _size_group(None, [member], out)
+    return [o for o in out if o is not None]
+
+
+def _size_group(key: _TailKey | None, members: Sequence[_Pending], out: list[SizingOutcome | None]) -> None:
+    """The sizings of the requests of one server (see :func:`size_tail_allocations`), into ``out``."""
+    try:
+        model, size = _sized(key) if key is not None else _sized_once(members[0].request)
+    except (InfeasibleError, ModelError) as exc:
+        for m in members:
+            out[m.at] = type(exc)(*exc.args)
+        return
+    rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
+    targets = TailTargets.from_slo(members[0].request.slo)
+    placed: list[tuple[_Pending, int, float]] = []
+    for m in members:
+        needed = m.total / rate_star
+        if not needed <= 1_000_000:
+            out[m.at] = InfeasibleError(f"the load of {m.total:.4g} req/s needs {needed:.3g} replicas")
+            continue
+        replicas = max(math.ceil(needed), m.request.min_replicas, 1)
+        placed.append((m, replicas, model._check_rate(min(m.total / replicas, model.rate_range[1]))))
+    if not placed:
+        return
+    rates = np.array(sorted({r for _, _, r in placed}))
+    at = dict(zip(rates.tolist(), model._predict(rates / 1000.0, targets), strict=True))
+    for m, replicas, rate in placed:
+        prediction = at[rate]
+        out[m.at] = Sizing(
+            accelerator=m.request.accelerator,
+            replicas=replicas,
+            max_batch=m.request.max_batch_size,
+            cost=m.per_replica_cost * replicas,
+            itl=prediction.itl,
+            ttft=prediction.ttft,
+            rho=prediction.rho,
+            max_rate_per_replica=rate_star,
+        )
+
+
+def _sized_once(req: TailSizingRequest) -> tuple[TailModel, TailSize]:
+    """A server whose inputs cannot be remembered (unhashable): sized as given."""
+    lengths = req.lengths or RequestLengths.from_means(req.load.avg_input_tokens, req.load.avg_output_tokens)
+    model = TailModel(
+        req.parms, req.max_batch_size, lengths, req.burstiness, kv_cache_tokens=req.kv_cache_tokens
+    )
+    return model, model.max_rate(TailTargets.from_slo(req.slo), tps=req.slo.tps)
