@@ -63,7 +63,9 @@ OURS_ARM = "ours:tail/quantile/guard"  # what ours is: the arm is not run twice
 SWEEPS: Mapping[str, tuple[str, ...]] = {
     "hpa-waiting": ("hpa-waiting@1", "hpa-waiting@0.2"),
     "hpa-kv": ("hpa-kv@0.25", "hpa-kv@0.1"),
-    "wva-2025": ("wva-2025@0.5", "wva-2025@0.25"),
+    # Below about 0.45 the scaled ITL target falls under the A100 profile's α + β: WVA then keeps the
+    # current replicas whatever the load, which says nothing about capacity.
+    "wva-2025": ("wva-2025@0.75", "wva-2025@0.5"),
     "wva-saturation-v1": ("wva-saturation-v1@0.4", "wva-saturation-v1@0.2"),
     "wva-saturation-v2": ("wva-saturation-v2@0.4", "wva-saturation-v2@0.2"),
 }
