@@ -422,8 +422,8 @@ def run(args: argparse.Namespace) -> int:
                 args.plot,
                 samples,
                 {v.name: (v.slo.ttft_ms, v.slo.itl_ms) for v in variants},
-                "variant-autoscaler on the local cluster: two emulated variants under a load schedule "
-                "(llama-7b-mi300x: 99 % attainment, ahead of the load)",
+                "variant-autoscaler on the local cluster, two variants under a load schedule\n"
+                "(vllme-deployment: WVA's mean SLOs; llama-7b-mi300x: 99 % attainment, ahead of the load)",
             )
             print(f"plot written to {args.plot}", flush=True)
         print("stopping the local cluster ...", flush=True)

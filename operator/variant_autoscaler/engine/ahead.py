@@ -41,11 +41,18 @@ __all__ = ["BurstGuard", "ForecastBook", "GuardAction"]
 logger = logging.getLogger(__name__)
 
 
+def _step_seconds(cfg: MainConfig) -> float:
+    """How often the forecaster learns: every interval, but not more often than the metrics window
+    turns over (rates over overlapping windows are one observation, and fed as several they make a step
+    look like a trend)."""
+    return max(cfg.interval_seconds, cfg.metrics_window_seconds)
+
+
 def _forecast_config(cfg: MainConfig) -> ForecastConfig | None:
     if cfg.forecast_quantile <= 0:
         return None
     return ForecastConfig(
-        interval_s=cfg.interval_seconds,
+        interval_s=_step_seconds(cfg),
         horizon_s=cfg.forecast_horizon_seconds,
         quantile=cfg.forecast_quantile,
     )
@@ -83,13 +90,13 @@ class ForecastBook:
         self._entries.update(found)
 
     def update(self, key: ModelKey, rate: float, now: datetime, cfg: MainConfig) -> Forecast | None:
-        """Learn ``rate`` (req/s, the model's demand) once per interval and return the forecast (None
-        with the forecast off)."""
+        """Learn ``rate`` (req/s, the model's demand) once per interval (or metrics window, if longer)
+        and return the forecast (None with the forecast off)."""
         fcfg = _forecast_config(cfg)
         if fcfg is None:
             return None
         entry = self._entries.setdefault(key, _Entry(ForecastState(), None))
-        due = entry.updated is None or (now - entry.updated).total_seconds() >= 0.9 * cfg.interval_seconds
+        due = entry.updated is None or (now - entry.updated).total_seconds() >= 0.9 * _step_seconds(cfg)
         if due and math.isfinite(rate) and rate >= 0:
             entry.state = update(entry.state, rate, fcfg)
             entry.updated = now
