@@ -433,6 +433,9 @@ def run(jobs: int | None = None) -> str:
         results = run_policies(scenario, names, jobs=jobs, options=options)
         print(f"   {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         report = build_report(results)
+        for result in results:  # the checked oracles' planning attainment and the runs they tried
+            if "notes" in result.series:
+                report["policies"][result.policy]["notes"] = result.series["notes"]
         reports[name] = report
         total_sim += scenario.duration_s * len(results)
         total_cpu += sum(r.cpu_s for r in results)

@@ -109,7 +109,7 @@ class VariantView:
     starting_ready_at: tuple[float, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ModelView:
     """One model's requests that arrived in the look-back ending now (arrays share the run's memory; the
     future is not in them) and the scrape times of the look-back.
@@ -124,6 +124,19 @@ class ModelView:
     input_tokens: np.ndarray[Any, Any]
     output_tokens: np.ndarray[Any, Any]
     scrape_t: tuple[float, ...]
+
+    def __eq__(self, other: object) -> bool:
+        # Arrays compare element by element; two views are equal when they hold the same requests.
+        if not isinstance(other, ModelView):
+            return NotImplemented
+        return (
+            (self.model, self.now, self.scrape_t) == (other.model, other.now, other.scrape_t)
+            and np.array_equal(self.times, other.times)
+            and np.array_equal(self.input_tokens, other.input_tokens)
+            and np.array_equal(self.output_tokens, other.output_tokens)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # it holds arrays
 
     @classmethod
     def of(

@@ -149,7 +149,6 @@ def summarize(result: RunResult) -> dict[str, Any]:
                 },
             },
             "per_model": per_model,
-            **({"notes": result.series["notes"]} if "notes" in result.series else {}),
             "sim": {
                 "simulated_s": sc.duration_s,
                 "cpu_s": round(result.cpu_s, 3),
