@@ -43,14 +43,7 @@ TRACE_SCENARIO = HERE / "scenarios" / "azure-conv.yaml"
 SCENARIOS: tuple[str, ...] = (*BUNDLED, "azure-conv")
 SCARCE: frozenset[str] = frozenset({"scarce"})  # scenarios where demand exceeds the inventory
 POLICIES: tuple[str, ...] = (*POLICY_NAMES, "oracle-cheapest")
-BASELINES: tuple[str, ...] = (
-    "static",
-    "hpa-waiting",
-    "hpa-kv",
-    "wva-2025",
-    "wva-saturation-v1",
-    "wva-saturation-v2",
-)
+BASELINES: tuple[str, ...] = tuple(p for p in POLICY_NAMES if p not in ("ours", "oracle"))
 ABLATION: tuple[str, ...] = tuple(
     f"ours:{sizing}/{forecast}/{guard}"
     for sizing in ("mean", "tail")
