@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from variant_autoscaler.api.config import MainConfig
@@ -188,6 +188,9 @@ class PlanRequest:
     # Saturation as the safety floor under the model's decisions (SATURATION_FLOOR); unlimited mode only
     # (with a capacity, the plan's GPU bounds come first).
     saturation_floor: bool = False
+    # How the servers prefill, for the tail model (attainment classes): chunked, inside one step beside
+    # the running decodes (vLLM V1, the default), or at the pace of the whole batch (WVA's accounting).
+    chunked_prefill: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +385,9 @@ class OptimizerPlanner:
                     max_batch_size=v.max_batch,
                     share_load=v.share_group is not None,
                     replica_cost=v.variant_cost,
-                    workload=v.workload.rounded() if v.workload is not None else None,
+                    workload=replace(
+                        v.workload or Workload(), chunked_prefill=request.chunked_prefill
+                    ).rounded(),
                 )
             except ConfigError as exc:
                 failures[v.key] = str(exc)

@@ -183,7 +183,7 @@ def test_the_operator_the_simulator_and_plan_decide_alike(
     assert _plan_command(tmp_path, capfd, policy, loads, current, capacity) == simulated
 
 
-@pytest.mark.parametrize(("scenario", "scale"), [("diurnal", 1.0), ("node-failure", 2.0), ("scarce", 1.0)])
+@pytest.mark.parametrize(("scenario", "scale"), [("diurnal", 1.0), ("node-failure", 2.0), ("scarce", 2.0)])
 def test_with_the_forecast_the_operator_and_the_simulator_still_decide_alike(
     scenario: str, scale: float
 ) -> None:

@@ -33,6 +33,9 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           forecast over the horizon (default ``0.9``; ``0``: off)
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
+``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
+                                          beside the running decodes; ``false``: at the pace of the
+                                          whole batch (WVA's accounting); the tail model's TTFT
 ``BURSTINESS_COUNTER``                    the request counter whose counts give a model's burstiness
                                           (default ``vllm:request_success_total``; an arrival counter
                                           such as the inference gateway's is better where there is one)
@@ -101,6 +104,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "FORECAST_QUANTILE",
     "BURST_GUARD_INTERVAL",
     "BURSTINESS_COUNTER",
+    "CHUNKED_PREFILL",
 )
 #: In WVA's manifests but never read by WVA (or read by a part we do not have): accepted, ignored.
 IGNORED_MAIN_CONFIG_KEYS: tuple[str, ...] = ("GLOBAL_OPT_TRIGGER", "DISABLING_TTFT")
@@ -230,6 +234,7 @@ class MainConfig(BaseModel):
     forecast_quantile: float = 0.9
     guard_interval_seconds: float = 15.0
     burstiness_counter: str = "vllm:request_success_total"
+    chunked_prefill: bool = True
 
     @property
     def forecast_horizon_seconds(self) -> float:
@@ -322,6 +327,9 @@ def parse_main_config(
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} is not a number") from None
     if not 0.0 <= forecast_quantile < 1.0:
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} must be in [0, 1) (0: no forecast)")
+    chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
+    if chunked_raw not in ("true", "false"):
+        raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
     counter = cm.get("BURSTINESS_COUNTER", "").strip() or "vllm:request_success_total"
     if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", counter):
         raise ConfigError(f"BURSTINESS_COUNTER={counter!r} is not a Prometheus metric name")
@@ -348,4 +356,5 @@ def parse_main_config(
         forecast_quantile=forecast_quantile,
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
         burstiness_counter=counter,
+        chunked_prefill=chunked_raw == "true",
     )

@@ -205,6 +205,8 @@ def tail_request(variant: VariantInput, request: SizingRequest) -> TailSizingReq
         request.min_replicas,
         lengths,
         workload.burstiness if workload is not None else None,
+        None,
+        workload.chunked_prefill if workload is not None else False,
     )
 
 

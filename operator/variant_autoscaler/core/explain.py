@@ -185,6 +185,7 @@ def predict(
                 lengths=req.lengths,
                 burstiness=req.burstiness,
                 min_replicas=req.min_replicas,
+                chunked_prefill=req.chunked_prefill,
             )
             return sizing.itl, sizing.ttft
         sizing = sizer(

@@ -234,6 +234,7 @@ class _State(NamedTuple):
     p_head: FloatArray  # (G, N) P(an arrival finds i = 0..N-1 requests in the system)
     p_wait: FloatArray  # (G,) P(it finds the batch full)
     eta: FloatArray  # (G,) the rate of its exponential wait then (1/ms)
+    lam: FloatArray  # (G,) the rates (req/ms)
 
 
 class TailModel:
@@ -251,6 +252,9 @@ class TailModel:
         "_idc_knots",
         "_in_knots",
         "_mu",
+        "_pre0",
+        "_pre1",
+        "chunked_prefill",
         "lengths",
         "max_batch_size",
         "parms",
@@ -266,6 +270,7 @@ class TailModel:
         burstiness: Burstiness | None = None,
         *,
         kv_cache_tokens: int | None = None,
+        chunked_prefill: bool = False,
     ) -> None:
         if not isinstance(parms, ServiceParms):
             raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
@@ -283,17 +288,30 @@ class TailModel:
             fits = int(_number("KV cache tokens", kv_cache_tokens) // (l_in + l_out / 2.0 + 1.0))
             n = max(1, min(n, fits))
         self.parms, self.max_batch_size, self.lengths = parms, n, lengths
+        self.chunked_prefill = bool(chunked_prefill)
         steps = l_out - 1.0
-        a = (parms.gamma if l_in > 0 else 0.0) + steps * parms.alpha
+        # The prefill's fixed part: WVA's γ, or (chunked, vLLM V1) the step's own α.
+        fixed = parms.alpha if chunked_prefill else parms.gamma
+        a = (fixed if l_in > 0 else 0.0) + steps * parms.alpha
         s = parms.delta * l_in + steps * parms.beta
         if not a + s > 0:
             raise ModelError("the service time is zero for these parameters and lengths")
         b = np.arange(1.0, n + 1.0)
         self._mu = b / (a + s * b)  # μ_b, req/ms
         full = a + s * n  # mean service time at a full batch (ms)
-        var = (parms.delta * n) ** 2 * lengths.input.variance + (
-            parms.alpha + parms.beta * n
-        ) ** 2 * lengths.output.variance
+        # A request's own prefill: δ·L·N of its service in WVA's accounting, δ·L once when chunked.
+        own = parms.delta * (1.0 if chunked_prefill else n)
+        var = own**2 * lengths.input.variance + (parms.alpha + parms.beta * n) ** 2 * lengths.output.variance
+        # TTFT of an arrival that finds b − 1 others running (b = 1..N): pre0[b] + pre1[b]·L. WVA's
+        # accounting prefills at batch b, γ + δ·L·b; a chunked prefill (vLLM V1) runs inside one step
+        # beside the b − 1 decodes, after the rest of the step under way (half of one, on average):
+        # 1.5·(α + β·(b − 1)) + δ·L.
+        if chunked_prefill:
+            self._pre0 = 1.5 * (parms.alpha + parms.beta * (b - 1.0))
+            self._pre1 = np.full(n, parms.delta)
+        else:
+            self._pre0 = np.full(n, parms.gamma)
+            self._pre1 = parms.delta * b
         self.service_time_ms = full
         self._cs2 = var / (full * full)
         self._bursts = burstiness or Burstiness()
@@ -334,7 +352,7 @@ class TailModel:
         return np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])  # type: ignore[no-any-return]
 
     def _state(self, lam: FloatArray) -> _State:
-        return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))))
+        return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))), lam)
 
     def _chain(self, lam: FloatArray, ca2: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         mu = self._mu
@@ -386,20 +404,17 @@ class TailModel:
     def _ttft_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
-        p = self.parms
-        batch = np.arange(1.0, self.max_batch_size + 1.0)
-        slope = p.delta * batch
+        c0, c1 = self._pre0, self._pre1
         with np.errstate(divide="ignore", invalid="ignore"):
-            limit = np.where(slope > 0, (target - p.gamma) / slope, np.inf if target >= p.gamma else -np.inf)
-        head = state.p_head @ self._prefill_sf(limit)  # starts at once, prefills at batch i + 1
+            limit = np.where(c1 > 0, (target - c0) / c1, np.where(target >= c0, np.inf, -np.inf))
+        head = state.p_head @ self._prefill_sf(limit)  # starts at once, beside the i others
         return head + state.p_wait * self._queued_miss(state.eta, target)
 
     def _queued_miss(self, eta: FloatArray, target: float) -> FloatArray:
         """P(W + prefill(L, N) > target) with W ~ Exp(η): the prefill's piecewise-uniform segments
         integrated in closed form."""
-        p, n = self.parms, self.max_batch_size
         values, levels = self._in_knots
-        x = p.gamma + p.delta * n * values  # prefill at a full batch, at the knots
+        x = self._pre0[-1] + self._pre1[-1] * values  # prefill at a full batch, at the knots
         mass = np.diff(levels)
         lo, hi = x[:-1], x[1:]
         over = np.sum(mass * np.clip((hi - target) / (hi - lo), 0.0, 1.0))  # P(prefill > target)
@@ -420,12 +435,21 @@ class TailModel:
         weighted = batch * np.arange(1.0, n + 1.0)
         return weighted / weighted.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
+    def _itl_scale(self, lam: FloatArray) -> FloatArray:
+        """How much longer the decode steps are than ``α + β·b``: with chunked prefill the steps also
+        carry the new requests' prompts, a share ``λ·δ·E[L]`` of the server's time."""
+        if not self.chunked_prefill:
+            return np.ones_like(lam)
+        busy = lam * self.parms.delta * self.lengths.input.mean
+        return 1.0 / (1.0 - np.minimum(busy, 0.95))
+
     def _itl_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
         p = self.parms
-        itl = p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0)
-        return self._batch_seen(state) @ (itl > target * (1.0 + 1e-9)).astype(float)  # type: ignore[no-any-return]
+        itl = (p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0))[None, :]
+        over = itl * self._itl_scale(state.lam)[:, None] > target * (1.0 + 1e-9)
+        return np.sum(self._batch_seen(state) * over, axis=1)  # type: ignore[no-any-return]
 
     def _check_rate(self, rate: float) -> float:
         r = _number("request rate", rate)
@@ -445,9 +469,9 @@ class TailModel:
         p, n = self.parms, self.max_batch_size
         l_in = self.lengths.input.mean
         batch = np.arange(1.0, n + 1.0)
-        prefill = (p.gamma if l_in > 0 else 0.0) + p.delta * l_in * batch
+        prefill = (self._pre0 if l_in > 0 else 0.0) + self._pre1 * l_in
         ttft = state.p_head @ prefill + state.p_wait * (1.0 / state.eta + prefill[-1])
-        itl = self._batch_seen(state) @ (p.alpha + p.beta * batch)
+        itl = (self._batch_seen(state) @ (p.alpha + p.beta * batch)) * self._itl_scale(lam)
         rho = (state.p_head[:, 1:] @ batch[:-1] + state.p_wait * n) / n
         columns = (
             (lam * 1000.0).tolist(),
@@ -465,12 +489,11 @@ class TailModel:
         lvl = self._level(level)
         state = self._state(np.array([self._check_rate(rate) / 1000.0]))
         miss = 1.0 - lvl
-        p = self.parms
 
         def share(t: float) -> float:
             return float(self._ttft_miss(state, t)[0])
 
-        lo, hi = 0.0, max(p.gamma + p.delta * self.lengths.input.values[-1] * self.max_batch_size, 1.0)
+        lo, hi = 0.0, max(float(self._pre0[-1] + self._pre1[-1] * self.lengths.input.values[-1]), 1.0)
         while share(hi) > miss:
             lo, hi = hi, hi * 2.0
         while hi - lo > 1e-6 * hi:
@@ -488,7 +511,8 @@ class TailModel:
         seen = self._batch_seen(state)[0]
         over = 1.0 - np.cumsum(seen)  # P(batch > b), b = 1..N
         b = int(np.searchsorted(-over, -(1.0 - lvl)))  # the first b with P(batch > b) <= 1 - level
-        return float(self.parms.alpha + self.parms.beta * (b + 1))
+        scale = float(self._itl_scale(state.lam)[0])
+        return float(self.parms.alpha + self.parms.beta * (b + 1)) * scale
 
     @staticmethod
     def _level(level: float) -> float:
@@ -617,12 +641,14 @@ def size_tail_allocation(
     burstiness: Burstiness | None = None,
     min_replicas: int = 1,
     kv_cache_tokens: int | None = None,
+    chunked_prefill: bool = False,
 ) -> Sizing:
     """:func:`~variant_autoscaler.core.analyzer.size_allocation` for an SLO with percentile or attainment
     targets: the replicas, cost and rate per replica such that the predicted share of requests over each
     target stays within its budget at the load's arrival rate (req/min, as WVA).
 
-    ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson. The
+    ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson;
+    ``chunked_prefill`` says how the server prefills (see :class:`TailModel`). The
     returned :class:`Sizing` carries the *mean* TTFT and ITL the model predicts per replica (as the
     analyzer's does); :class:`TailModel` gives the shares and quantiles. An SLO without tail targets is
     sized by the mean model here too (WVA's meaning), so the function is a drop-in for every class.
@@ -632,7 +658,7 @@ def size_tail_allocation(
         [
             TailSizingRequest(
                 accelerator, unit_cost, acc_count, parms, max_batch_size, load, slo, min_replicas,
-                lengths, burstiness, kv_cache_tokens,
+                lengths, burstiness, kv_cache_tokens, chunked_prefill,
             )
         ]
     )[0]  # fmt: skip
@@ -643,7 +669,7 @@ def size_tail_allocation(
 
 #: How many (server, workload, targets) sizings :func:`size_tail_allocation` remembers.
 TAIL_MEMO_LIMIT = 4096
-_TailKey = tuple[ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float]
+_TailKey = tuple[ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float, bool]
 _TAIL_MEMO: OrderedDict[_TailKey, tuple[TailModel, TailSize] | InfeasibleError | ModelError] = OrderedDict()
 
 
@@ -654,10 +680,10 @@ def clear_tail_memo() -> None:
 
 def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
     """The model and its largest rate for ``(parms, max batch, lengths, burstiness, KV cache, targets,
-    tps)``, remembered (the search is the costly part, and a cycle whose traffic did not change asks the
-    same again: the planner rounds its inputs so that it does, see
+    tps, chunked prefill)``, remembered (the search is the costly part, and a cycle whose traffic did not
+    change asks the same again: the planner rounds its inputs so that it does, see
     :meth:`~variant_autoscaler.core.workload.Workload.rounded`)."""
-    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps = key
+    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps, chunked = key
     try:
         known = _TAIL_MEMO.get(key)
         hashable = True
@@ -665,7 +691,14 @@ def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
         known, hashable = None, False
     if known is None:
         try:
-            model = TailModel(parms, max_batch, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
+            model = TailModel(
+                parms,
+                max_batch,
+                lengths,
+                burstiness,
+                kv_cache_tokens=kv_cache_tokens,
+                chunked_prefill=chunked,
+            )
             known = (model, model.max_rate(targets, tps=tps))
         except (InfeasibleError, ModelError) as exc:
             known = exc
@@ -696,6 +729,7 @@ class TailSizingRequest:
     lengths: RequestLengths | None = None
     burstiness: Burstiness | None = None
     kv_cache_tokens: int | None = None
+    chunked_prefill: bool = False
 
 
 class _Pending(NamedTuple):
@@ -738,6 +772,7 @@ def _prepare(req: TailSizingRequest) -> Sizing | tuple[_TailKey, float, float]:
         req.kv_cache_tokens,
         targets,
         slo.tps,
+        req.chunked_prefill,
     )
     total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
     return key, total, per_replica_cost

@@ -486,10 +486,13 @@ def burstiness_from_counter(
 class Workload:
     """A model's requests as the tail model reads them beyond their rate and mean lengths: the length
     distribution and the arrival burstiness, each None when unknown (then the tail model assumes
-    exponential lengths with the load's means, and Poisson arrivals)."""
+    exponential lengths with the load's means, and Poisson arrivals); and how its servers prefill a
+    prompt: ``chunked_prefill`` (vLLM V1: inside one step beside the running decodes) or not (WVA's
+    accounting: at the pace of the whole batch)."""
 
     lengths: RequestLengths | None = None
     burstiness: Burstiness | None = None
+    chunked_prefill: bool = False
 
     def rounded(self, step: float = ROUND_STEP) -> Workload:
         """Lengths and burstiness on a grid of relative ``step``: what the planner sizes with, so that a
@@ -497,10 +500,12 @@ class Workload:
         return Workload(
             self.lengths.rounded(step) if self.lengths is not None else None,
             self.burstiness.rounded(step) if self.burstiness is not None else None,
+            self.chunked_prefill,
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "lengths": self.lengths.to_json() if self.lengths is not None else None,
             "burstiness": self.burstiness.to_json() if self.burstiness is not None else None,
+            "chunkedPrefill": self.chunked_prefill,
         }

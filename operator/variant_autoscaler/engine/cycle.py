@@ -693,6 +693,7 @@ class Engine:
             optimizer=optimizer,
             capacity=capacity,
             saturation_floor=cfg.saturation_floor,
+            chunked_prefill=cfg.chunked_prefill,
         )
         started = time.monotonic()
         try:

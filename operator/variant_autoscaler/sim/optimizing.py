@@ -235,9 +235,17 @@ def plan_inputs(
             "SATURATION_POLICY": saturation_policy,
             "WVA_SCALE_TO_ZERO": "false",
             "DEFAULT_ACTUATION_MODE": "metrics" if wva_bounds else "patch",
+            # The replicas' engine says how they prefill: chunked (v1), or at the batch's pace (wva).
+            "CHUNKED_PREFILL": "false" if _batched_prefill(scenario) else "true",
         }
     )
     return PlanInputs(vas=vas, accelerator_costs=costs, service_classes=classes, config=config)
+
+
+def _batched_prefill(scenario: Scenario) -> bool:
+    """Whether the scenario's replicas run the wva engine (prefill at the batch's pace) rather than the
+    V1 one (chunked prefill)."""
+    return all(p.server is None or p.server.engine == "wva" for m in scenario.models for p in m.profiles)
 
 
 def _int_ms(value: float, scale: float) -> int:
@@ -498,6 +506,7 @@ class OptimizerPolicy(Policy):
             classes=self._classes,
             optimizer=optimizer_config(cfg),
             capacity=self._capacity_by_device(capacity) if self.mode == "limited" else None,
+            chunked_prefill=cfg.chunked_prefill,
         )
         outcome = self.planner.plan(request)
         self.last_outcome = outcome

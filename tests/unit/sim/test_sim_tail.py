@@ -155,16 +155,17 @@ def test_ours_plans_attainment_classes_ahead_and_the_guard_acts_between_plans() 
     policy = ours_policy(sc, planner=planner)
     assert policy.interval_s == sc.settings.scrape_interval_s  # the guard ticks every scrape
     name = sc.variants[0].name
-    obs = Observation(60.0, {name: _view(name)}, capacity={"A100": 24}, allocated={"A100": 2})
+    obs = Observation(60.0, {name: _view(name, success_rpm=1200.0)}, capacity={"A100": 24}, allocated={})
     first = policy.decide(obs)
     (request,) = planner.requests
+    assert request.chunked_prefill  # the scenario's replicas run the V1 engine
     (variant,) = request.variants
-    assert variant.ahead_rpm is not None and variant.ahead_rpm > 300.0  # the forecast's upper quantile
+    assert variant.ahead_rpm is not None and variant.ahead_rpm > 1200.0  # the forecast's upper quantile
     assert variant.max_batch == 64  # the batch the server runs
     assert name in first and first[name].replicas >= 3
     # 15 s later: no plan, only the guard; a queue that outruns the replicas asked for scales up at once.
     desired = first[name].replicas
-    burst = _view(name, desired=desired, ready=2, waiting=400.0, waiting_growth=400.0, success_rpm=600.0)
+    burst = _view(name, desired=desired, ready=2, waiting=900.0, waiting_growth=900.0, success_rpm=1800.0)
     obs = Observation(75.0, {name: burst}, capacity={"A100": 24}, allocated={"A100": desired})
     actions = policy.decide(obs)
     assert len(planner.requests) == 1 and actions[name].replicas > desired and policy.guard_actions == 1
@@ -178,10 +179,10 @@ def test_starting_replicas_count_as_supply_for_attainment_classes_only() -> None
     sc = load_bundled("flash-crowd")
     policy = ours_policy(sc, planner=Recording(), forecast="none", guard=False)
     name = sc.variants[0].name
-    obs = Observation(60.0, {name: _view(name)}, capacity={"A100": 24}, allocated={"A100": 2})
+    obs = Observation(60.0, {name: _view(name, success_rpm=900.0)}, capacity={"A100": 24}, allocated={})
     up = policy.decide(obs)[name].replicas
     # Load doubles while the new replicas start: a larger plan is applied at once.
-    rising = _view(name, desired=up, ready=2, success_rpm=1200.0)
+    rising = _view(name, desired=up, ready=2, success_rpm=1800.0)
     obs = Observation(120.0, {name: rising}, capacity={"A100": 24}, allocated={"A100": up})
     assert policy.decide(obs)[name].replicas > up
     # A class that states means keeps the rule of waiting for them.
