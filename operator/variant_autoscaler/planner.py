@@ -537,6 +537,8 @@ def _apply(
         reason=reason,
         decided_by=decision.decided_by,
     )
+
+
 def _room(
     inputs: Iterable[VariantInput], keys: Mapping[str, VariantKey], request: PlanRequest, plan: Plan
 ) -> dict[VariantKey, int]:

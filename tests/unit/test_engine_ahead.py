@@ -48,6 +48,28 @@ async def test_the_tail_inputs_are_read_only_when_a_class_states_attainment() ->
     assert "planned for the forecast" in h.status()["desiredOptimizedAlloc"]["reason"]
 
 
+async def test_attainment_in_the_queueing_model_configmap_reads_the_tail_inputs_too() -> None:
+    """A VA without a service class whose SLOs come from wva-queueing-model-config with ``attainment``
+    is planned ahead of the load as a class's would be."""
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    del h.kube.objects[("configmaps", OPERATOR_NS, "service-classes-config")]
+    entry = "model_id: default/default\ntargetTTFT: 500\ntargetITL: 24\nattainment: 99\n"
+    h.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "wva-queueing-model-config", "namespace": OPERATOR_NS},
+            "data": {"default": "sloMultiplier: 3", "slo": entry},
+        }
+    )
+    h.add_va(replicas=1)
+    h.load(600.0)
+    report = await h.engine.run_cycle()
+    assert report.promql_queries == QUERIES_PER_CYCLE + 10
+    reason = h.status()["desiredOptimizedAlloc"]["reason"]
+    assert "wva-queueing-model-config" in reason and "planned for the forecast" in reason
+
+
 async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes_it() -> None:
     h = _harness()
     h.load(600.0)

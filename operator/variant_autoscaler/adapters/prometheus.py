@@ -428,6 +428,7 @@ class MetricsSnapshot:
         if found is None:
             found = values.get((model, ""))
         return found if found is not None and math.isfinite(found) else None
+
     # The tail model's inputs per model (lengths, burstiness; adapters/burstiness.py), where read.
     workloads: Mapping[ModelKey, Workload] = field(default_factory=dict)
 

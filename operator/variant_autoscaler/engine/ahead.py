@@ -22,21 +22,24 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from variant_autoscaler.adapters.guard_signals import build_guard_query, read_guard_signals, signals_for
 from variant_autoscaler.adapters.kube import ScaleTarget
-from variant_autoscaler.adapters.prometheus import Collector, ModelKey
+from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey
 from variant_autoscaler.api.config import MainConfig
+from variant_autoscaler.core.decision import DecisionInputs
 from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.engine.configs import CycleConfig
+from variant_autoscaler.engine.translate import VariantContext
 from variant_autoscaler.errors import KubeError, ModelError, VariantAutoscalerError
 from variant_autoscaler.planner import PlanOutcome, VariantKey
 
-__all__ = ["BurstGuard", "ForecastBook", "GuardAction"]
+__all__ = ["BurstGuard", "ForecastBook", "GuardAction", "ahead_inputs", "states_shares"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,67 @@ class ForecastBook:
             body["upperRate"] = f"{60.0 * entry.found.upper:.4g}"
             body["pointRate"] = f"{60.0 * entry.found.point:.4g}"
         return body
+
+    def forecast(
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cfg: MainConfig,
+        now: datetime,
+    ) -> dict[ModelKey, float]:
+        """One cycle: each model's forecast upper quantile (req/min) by (model, namespace), learning this
+        cycle's demand; the state a previous process left in the VAs' status is taken up first."""
+        if cfg.forecast_quantile <= 0 or snapshot is None:
+            return {}
+        self.restore(
+            ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
+        )
+        out: dict[ModelKey, float] = {}
+        models = {(c.va.spec.model_id, c.key[0]) for c in contexts if c.va is not None}
+        for model, namespace in sorted(models):
+            lookup = snapshot.lookup(model, namespace)
+            if lookup.state != "ok" or lookup.metrics is None:
+                continue
+            found = self.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
+            if found is not None:
+                out[(model, namespace)] = found.upper * 60.0
+        return out
+
+
+def states_shares(cycle: CycleConfig) -> bool:
+    """Whether some service class (or the queueing-model ConfigMap) states attainment or percentile
+    targets: then the cycle reads the tail model's inputs."""
+    if any(t.slo.is_tail for c in cycle.classes.classes for t in c.targets):
+        return True
+    keys = ("attainment", "ttft_percentile", "itl_percentile")
+    return any(
+        isinstance(v := values.get(k), int | float) and v > 0
+        for _, values in cycle.queueing.entries
+        for k in keys
+    )
+
+
+def ahead_inputs(
+    guard: BurstGuard, forecasts: ForecastBook, ctx: VariantContext, inputs: DecisionInputs
+) -> DecisionInputs:
+    """A variant planned for attainment targets: its model's forecast goes into its status, replicas
+    still starting count as supply (no waiting for them before a larger plan: the plan covers
+    start-up + one interval), and a scale-up by the burst guard since the last cycle joins the
+    recommendations, so that scale-down stabilisation keeps it."""
+    assert ctx.va is not None
+    previous = dict(inputs.previous)
+    action = guard.actions().get(ctx.key)
+    if action is not None:
+        previous["recommendations"] = [
+            *(previous.get("recommendations") or []),
+            {"time": action.time.isoformat().replace("+00:00", "Z"), "numReplicas": action.replicas},
+        ]
+    return replace(
+        inputs,
+        previous=previous,
+        pending_timeout_seconds=0.0,
+        forecast=forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
+    )
 
 
 def _time(raw: object) -> datetime | None:

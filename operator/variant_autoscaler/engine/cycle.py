@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from variant_autoscaler.adapters import inventory as inv
-from variant_autoscaler.adapters.burstiness import TailInputs, collect_tail_inputs
+from variant_autoscaler.adapters.burstiness import collect_tail_inputs
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
 from variant_autoscaler.adapters.kube import (
     KubeClient,
@@ -46,15 +46,15 @@ from variant_autoscaler.adapters.kube import (
     target_from_deployment,
     target_from_scale,
 )
-from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey, PrometheusClient
+from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig
 from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
-from variant_autoscaler.core.decision import DecisionInputs, decide, report, report_invalid
+from variant_autoscaler.core.decision import decide, report, report_invalid
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.engine.actuate import Actuator
-from variant_autoscaler.engine.ahead import BurstGuard, ForecastBook
+from variant_autoscaler.engine.ahead import BurstGuard, ForecastBook, ahead_inputs, states_shares
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.translate import (
@@ -104,23 +104,6 @@ class CycleReport:
 
 
 # --- the engine ----------------------------------------------------------------------------------------
-
-
-def _states_shares(cycle: CycleConfig) -> bool:
-    """Whether some service class (or the queueing-model ConfigMap) states attainment or percentile
-    targets: then the cycle reads the tail model's inputs."""
-    if any(t.slo.is_tail for c in cycle.classes.classes for t in c.targets):
-        return True
-    return any(
-        float(values.get("attainment") or 0.0) > 0.0  # type: ignore[arg-type]
-        or float(values.get("ttft_percentile") or 0.0) > 0.0  # type: ignore[arg-type]
-        or float(values.get("itl_percentile") or 0.0) > 0.0  # type: ignore[arg-type]
-        for _, values in cycle.queueing.entries
-    )
-
-
-async def _none() -> dict[ModelKey, TailInputs]:
-    return {}
 
 
 class LeaderLike(Protocol):
@@ -403,9 +386,7 @@ class Engine:
         # made at the same time.
         _, (snapshot, metrics_error) = await asyncio.gather(
             self._read_targets(everything),
-            self._collect(
-                cfg, started_wall, self._retentions(everything, cycle), tail=_states_shares(cycle)
-            ),
+            self._collect(cfg, started_wall, self._retentions(everything, cycle), tail=states_shares(cycle)),
         )
         hpas = self._hpas(listed, everything)
         queries = 0
@@ -416,7 +397,7 @@ class Engine:
 
         # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
         assign_pods(everything, snapshot)
-        ahead = self._forecast(contexts, snapshot, cfg, started_wall)
+        ahead = self.forecasts.forecast(contexts, snapshot, cfg, started_wall)
         self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
 
@@ -493,7 +474,9 @@ class Engine:
                     drain_seconds=cfg.queue_drain_seconds,
                     retention_periods=retentions,
                 ),
-                collect_tail_inputs(collector.client, counter=cfg.burstiness_counter) if tail else _none(),
+                collect_tail_inputs(collector.client, counter=cfg.burstiness_counter)
+                if tail
+                else asyncio.sleep(0, {}),
                 return_exceptions=True,
             )
         except ConfigError as exc:
@@ -513,31 +496,6 @@ class Engine:
                 workloads={key: Workload(t.lengths, t.burstiness) for key, t in inputs.items()},
             )
         return snapshot, None
-
-    def _forecast(
-        self,
-        contexts: Sequence[VariantContext],
-        snapshot: MetricsSnapshot | None,
-        cfg: MainConfig,
-        now: datetime,
-    ) -> dict[tuple[str, str], float]:
-        """Each model's forecast upper quantile (req/min) by (model, namespace), learning this cycle's
-        demand; the state a previous process left in the VAs' status is taken up first."""
-        if cfg.forecast_quantile <= 0 or snapshot is None:
-            return {}
-        self.forecasts.restore(
-            ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
-        )
-        out: dict[tuple[str, str], float] = {}
-        models = {(c.va.spec.model_id, c.key[0]) for c in contexts if c.va is not None}
-        for model, namespace in sorted(models):
-            lookup = snapshot.lookup(model, namespace)
-            if lookup.state != "ok" or lookup.metrics is None:
-                continue
-            found = self.forecasts.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
-            if found is not None:
-                out[(model, namespace)] = found.upper * 60.0
-        return out
 
     @staticmethod
     def _retentions(contexts: Sequence[VariantContext], cycle: CycleConfig) -> list[float]:
@@ -779,26 +737,6 @@ class Engine:
             )
         self.guard.arm(cfg, outcome, armed)
 
-    def _ahead_inputs(self, ctx: VariantContext, inputs: DecisionInputs) -> DecisionInputs:
-        """A variant planned for attainment targets: its model's forecast goes into its status, replicas
-        still starting count as supply (no waiting for them before a larger plan: the plan covers
-        start-up + one interval), and a scale-up by the burst guard since the last cycle joins the
-        recommendations, so that scale-down stabilisation keeps it."""
-        assert ctx.va is not None
-        previous = dict(inputs.previous)
-        action = self.guard.actions().get(ctx.key)
-        if action is not None:
-            previous["recommendations"] = [
-                *(previous.get("recommendations") or []),
-                {"time": action.time.isoformat().replace("+00:00", "Z"), "numReplicas": action.replicas},
-            ]
-        return replace(
-            inputs,
-            previous=previous,
-            pending_timeout_seconds=0.0,
-            forecast=self.forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
-        )
-
     async def _reconcile_one(
         self,
         ctx: VariantContext,
@@ -820,7 +758,7 @@ class Engine:
             now=now,
         )
         if ctx.va is not None and ctx.key in outcome.ahead:
-            inputs = self._ahead_inputs(ctx, inputs)
+            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs)
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)
