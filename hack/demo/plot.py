@@ -22,6 +22,10 @@ class Sample:
     ttft_measured: float | None
     itl_predicted: float | None
     itl_measured: float | None
+    # Attainment classes: the operator's forecast (status.forecast.upperRate, req/min) and the burst
+    # guard's scale-ups so far (inferno_replica_scaling_total{reason="guard"}).
+    forecast_rpm: float | None = None
+    guard_scalings: float | None = None
 
 
 def _series(samples: Sequence[Sample], attr: str) -> tuple[list[float], list[float]]:
@@ -32,6 +36,24 @@ def _series(samples: Sequence[Sample], attr: str) -> tuple[list[float], list[flo
             xs.append(s.t)
             ys.append(float(value))
     return xs, ys
+
+
+def _guard_times(samples: Sequence[Sample]) -> list[float]:
+    """The sample times at which the guard's count of scale-ups went up."""
+    out: list[float] = []
+    last: float | None = None
+    for s in samples:
+        if s.guard_scalings is None:
+            continue
+        if last is not None and s.guard_scalings > last:
+            out.append(s.t)
+        last = s.guard_scalings
+    return out
+
+
+def _at(samples: Sequence[Sample], t: float, attr: str) -> float:
+    value = next((getattr(s, attr) for s in samples if s.t == t), None)
+    return float(value) if value is not None else 0.0
 
 
 def plot(
@@ -62,6 +84,15 @@ def plot(
         replica_ax.step(
             *_series(samples, "desired"), where="post", color=colour, linestyle="--", label=f"{name}: desired"
         )
+        forecast = _series(samples, "forecast_rpm")
+        if forecast[0]:
+            load_ax.plot(*forecast, color=colour, linestyle="--", label=f"{name}: forecast (upper quantile)")
+        guarded = _guard_times(samples)
+        if guarded:
+            heights = [_at(samples, t, "replicas") for t in guarded]
+            replica_ax.scatter(
+                guarded, heights, color=colour, marker="^", s=40, zorder=3, label=f"{name}: burst guard"
+            )
         ttft_ax.plot(*_series(samples, "ttft_measured"), color=colour, label=f"{name}: measured")
         ttft_ax.plot(
             *_series(samples, "ttft_predicted"), color=colour, linestyle="--", label=f"{name}: predicted"

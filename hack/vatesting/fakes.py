@@ -20,6 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from variant_autoscaler.adapters.exporter import Exporter
+from variant_autoscaler.adapters.guard_signals import build_guard_query
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
 from variant_autoscaler.adapters.profile_metrics import build_queries as build_profile_queries
 from variant_autoscaler.adapters.prometheus import (
@@ -368,6 +369,8 @@ class FakePrometheus:
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         query = request.url.params["query"]
+        if query == build_guard_query(60.0):  # the burst guard's one query: four signals per model
+            return self._guard()
         by_query = {q: name for name, q in build_queries(60.0).items()}
         saturation = {q: name for name, q in build_saturation_queries(60.0).items()}
         name = by_query.get(query)
@@ -393,6 +396,22 @@ class FakePrometheus:
                 value = row.get(name, math.nan)
                 labels = {"model_name": model, "namespace": ns} if ns else {"model_name": model}
                 result.append({"metric": labels, "value": [self.now, repr(value)]})
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    def _guard(self) -> httpx.Response:
+        result = []
+        signals = {
+            "waiting": "waiting",
+            "growth": "waiting_growth",
+            "completions": "completion_rate",
+            "kv": "kv",
+        }
+        for (model, ns), row in self.series.items():
+            for signal, column in signals.items():
+                labels = {"model_name": model, "namespace": ns, "signal": signal}
+                result.append({"metric": labels, "value": [self.now, repr(row.get(column, 0.0))]})
         return httpx.Response(
             200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
         )

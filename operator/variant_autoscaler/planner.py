@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from variant_autoscaler.api.config import MainConfig
@@ -53,6 +53,7 @@ from variant_autoscaler.core.sizing import (
     SizingMember,
     size_group,
 )
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
@@ -117,6 +118,12 @@ class PlannedVariant:
     * ``saturation``: what the analyzers see of it (None: nothing read); ``idle``: scale to zero.
     * ``default_slo``: its SLOs when no service class has an entry for its model (WVA's
       queueing-model ConfigMap).
+    * ``workload``: its model's request-length distribution and arrival burstiness as measured (the
+      whole model's stream; None: not measured). Only classes with attainment or percentile targets read
+      it; the planner reads it to about 2 % (:meth:`~variant_autoscaler.core.workload.Workload.rounded`).
+    * ``ahead_rpm``: the forecast of its model's demand over "start-up + one interval" (req/min, the
+      same total as ``load``; None: no forecast). A class with attainment or percentile targets is
+      planned for it where it is above the load; a class that states means keeps WVA's numbers.
     """
 
     key: VariantKey
@@ -136,6 +143,8 @@ class PlannedVariant:
     analyzers: tuple[AnalyzerLike, ...] = ()
     idle: IdleInput | None = None
     default_slo: ModelTarget | None = None
+    workload: Workload | None = None
+    ahead_rpm: float | None = None
 
     @property
     def held(self) -> bool:
@@ -179,6 +188,9 @@ class PlanRequest:
     # Saturation as the safety floor under the model's decisions (SATURATION_FLOOR); unlimited mode only
     # (with a capacity, the plan's GPU bounds come first).
     saturation_floor: bool = False
+    # How the servers prefill, for the tail model (attainment classes): chunked, inside one step beside
+    # the running decodes (vLLM V1, the default), or at the pace of the whole batch (WVA's accounting).
+    chunked_prefill: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +204,12 @@ class PlanOutcome:
     unit_costs: Mapping[str, float] = field(default_factory=dict)
     # The optimizer's own plan (binding constraints, solver figures); None when it did not run.
     plan: Plan | None = None
+    # Variants planned for attainment or percentile targets: the forecast, the burst guard and starting
+    # replicas counted as supply apply to them (docs/tail-slo.md).
+    ahead: frozenset[VariantKey] = frozenset()
+    # Limited mode: per variant, the replicas that still fit on its device beside the plan (the burst
+    # guard adds no more); absent in unlimited mode.
+    room: Mapping[VariantKey, int] = field(default_factory=dict)
 
 
 class Planner(Protocol):
@@ -231,6 +249,8 @@ def planned_from_va(
     load: ObservedLoad | None,
     config: MainConfig,
     profiles: tuple[Profile, ...] | None = None,
+    workload: Workload | None = None,
+    ahead_rpm: float | None = None,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
@@ -257,6 +277,8 @@ def planned_from_va(
         max_batch=None if applies_batch else current_max_batch,
         share_group=f"{namespace}/{spec.model_id}" if spec.share_model_load else None,
         variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
+        workload=workload,
+        ahead_rpm=ahead_rpm,
     )
 
 
@@ -320,6 +342,7 @@ class OptimizerPlanner:
         how: dict[VariantKey, str] = {}
         failures: dict[VariantKey, str] = {}
         no_slo: set[VariantKey] = set()
+        ahead: set[VariantKey] = set()
         for v in request.variants:
             if not v.sized_by_model:
                 continue  # sized by saturation, below
@@ -338,6 +361,12 @@ class OptimizerPlanner:
                 continue
             service, how[v.key] = resolved
             share = members.get(v.share_group, 1) if v.share_group is not None else 1
+            rpm = v.load.arrival_rate_rpm if v.load is not None else 0.0
+            if service.slo.is_tail:
+                ahead.add(v.key)
+                if v.ahead_rpm is not None and v.load is not None and v.ahead_rpm > rpm:
+                    how[v.key] += f"; planned for the forecast {v.ahead_rpm:.4g} req/min"
+                    rpm = v.ahead_rpm
             try:
                 variant = VariantInput(
                     name=v.key[1],
@@ -347,9 +376,7 @@ class OptimizerPlanner:
                     profiles=v.profiles,
                     load=None
                     if v.load is None
-                    else Load(
-                        v.load.arrival_rate_rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens
-                    ),
+                    else Load(rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens),
                     current_accelerator=v.accelerator,
                     current_replicas=v.current_replicas,
                     min_replicas=v.min_replicas,
@@ -358,6 +385,9 @@ class OptimizerPlanner:
                     max_batch_size=v.max_batch,
                     share_load=v.share_group is not None,
                     replica_cost=v.variant_cost,
+                    workload=replace(
+                        v.workload or Workload(), chunked_prefill=request.chunked_prefill
+                    ).rounded(),
                 )
             except ConfigError as exc:
                 failures[v.key] = str(exc)
@@ -399,6 +429,8 @@ class OptimizerPlanner:
             failures=failures,
             unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
             plan=plan,
+            ahead=frozenset(ahead),
+            room=_room(inputs, keys, request, plan),
         )
 
 
@@ -505,3 +537,22 @@ def _apply(
         reason=reason,
         decided_by=decision.decided_by,
     )
+
+
+def _room(
+    inputs: Iterable[VariantInput], keys: Mapping[str, VariantKey], request: PlanRequest, plan: Plan
+) -> dict[VariantKey, int]:
+    """Per variant, the replicas of its current accelerator that still fit beside the plan (limited
+    mode only)."""
+    if request.capacity is None:
+        return {}
+    room: dict[VariantKey, int] = {}
+    for variant in inputs:
+        name = variant.current_accelerator
+        acc = request.accelerators.get(name or "")
+        profile = variant.profile(name) if name else None
+        if acc is None or profile is None:
+            continue
+        free = request.capacity.get(acc.device, 0) - plan.usage.get(acc.device, 0)
+        room[keys[variant.key]] = max(0, free // (profile.acc_count * acc.multiplicity))
+    return room

@@ -1,4 +1,5 @@
-"""The burstiness and length queries are PromQL a real Prometheus accepts (and answers for real series)."""
+"""The burstiness, length and burst-guard queries are PromQL a real Prometheus accepts (and answers for
+real series)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from localcluster import Binaries, PrometheusServer, wait_for
 from localcluster.net import free_port
 from localcluster.procs import Supervisor
 from variant_autoscaler.adapters.burstiness import build_tail_queries
+from variant_autoscaler.adapters.guard_signals import GuardSignals, build_guard_query, read_guard_signals
+from variant_autoscaler.adapters.prometheus import Sample
 
 
 class _Vllm(BaseHTTPRequestHandler):
@@ -27,6 +30,10 @@ class _Vllm(BaseHTTPRequestHandler):
             [
                 "# TYPE vllm:request_success_total counter",
                 f"vllm:request_success_total{{{labels}}} {_Vllm.count}",
+                "# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{{{labels}}} {_Vllm.count % 5}",
+                "# TYPE vllm:kv_cache_usage_perc gauge",
+                f"vllm:kv_cache_usage_perc{{{labels}}} 0.25",
                 *(
                     line
                     for name in ("vllm:request_prompt_tokens", "vllm:request_generation_tokens")
@@ -82,3 +89,18 @@ def test_every_query_is_valid_promql(prometheus: PrometheusServer) -> None:
         what="the length buckets",
     )
     assert {row["metric"].get("le") for row in buckets} == {"100", "+Inf"}
+
+
+def test_the_guard_reads_four_signals_per_model_in_one_query(prometheus: PrometheusServer) -> None:
+    query = build_guard_query(30.0)
+
+    def signals() -> GuardSignals | None:
+        rows = prometheus.query(query)
+        # The rate and the growth need two scrapes in their window: wait for all four parts.
+        if {r["metric"].get("signal") for r in rows} != {"waiting", "growth", "completions", "kv"}:
+            return None
+        samples = [Sample(r["metric"], float(r["value"][1]), float(r["value"][0])) for r in rows]
+        return read_guard_signals(samples).get(("m", "ns"))
+
+    found = wait_for(signals, timeout=120, what="all four guard signals")
+    assert found.kv == 0.25 and found.completions > 0 and 0 <= found.waiting < 5

@@ -47,7 +47,12 @@ def _decisions(outcome: PlanOutcome) -> dict[str, Decision]:
 
 
 def _operator(
-    policy: Any, loads: dict[str, ModelLoad], current: dict[str, int], capacity: dict[str, int]
+    policy: Any,
+    loads: dict[str, ModelLoad],
+    current: dict[str, int],
+    capacity: dict[str, int],
+    *,
+    forecast: bool = False,
 ) -> dict[str, Decision]:
     inputs = policy.inputs
     recording = Recording()
@@ -57,6 +62,9 @@ def _operator(
         SATURATION_POLICY=SATURATION,
         WVA_SCALE_TO_ZERO="false",
         DEFAULT_ACTUATION_MODE="patch",
+        # The demand forecast is an input only the operator and the simulator have (a plan file states
+        # the load it wants planned); with it, see the test below.
+        FORECAST_QUANTILE="0.9" if forecast else "0",
     )
     h.kube.get("configmaps", "workload-variant-autoscaler-system", "accelerator-unit-costs")["data"] = dict(
         inputs.accelerator_costs
@@ -173,3 +181,32 @@ def test_the_operator_the_simulator_and_plan_decide_alike(
     assert simulated, "the scenario must produce decisions to compare"
     assert _operator(policy, loads, current, capacity) == simulated
     assert _plan_command(tmp_path, capfd, policy, loads, current, capacity) == simulated
+
+
+@pytest.mark.parametrize(("scenario", "scale"), [("diurnal", 1.0), ("node-failure", 2.0), ("scarce", 2.0)])
+def test_with_the_forecast_the_operator_and_the_simulator_still_decide_alike(
+    scenario: str, scale: float
+) -> None:
+    from variant_autoscaler.api.config import MainConfig
+    from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
+
+    sc = load_bundled(scenario)
+    policy = ours_policy(sc)
+    loads = {
+        m.model_id: ModelLoad(rpm=600.0 * scale * (i + 1), avg_input_tokens=512.0, avg_output_tokens=200.0)
+        for i, m in enumerate(sc.models)
+    }
+    current = {v.name: v.initial_replicas for v in sc.variants}
+    capacity = sc.capacity()
+    # What the operator's first cycle forecasts: the observed demand and the default margin (no history).
+    cfg = MainConfig()
+    fcfg = ForecastConfig(interval_s=60.0, horizon_s=cfg.forecast_horizon_seconds, quantile=0.9)
+    ahead = {
+        m: 60.0 * forecast(update(ForecastState(), load.rpm / 60.0, fcfg), fcfg).upper
+        for m, load in loads.items()
+    }
+    assert all(ahead[m] > loads[m].rpm for m in loads)
+    simulated = _decisions(policy.plan(loads, current, capacity, ahead=ahead))
+    plain = _decisions(policy.plan(loads, current, capacity))
+    assert simulated != plain, "the forecast must change the plan for the comparison to mean something"
+    assert _operator(policy, loads, current, capacity, forecast=True) == simulated

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from variant_autoscaler import USER_AGENT
 from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.core.demand import demand_rate, fix_value
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import CollectionError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -451,6 +452,13 @@ class MetricsSnapshot:
         if found is None:
             found = values.get((model, ""))
         return found if found is not None and math.isfinite(found) else None
+
+    # The tail model's inputs per model (lengths, burstiness; adapters/burstiness.py), where read.
+    workloads: Mapping[ModelKey, Workload] = field(default_factory=dict)
+
+    def workload(self, model: str, namespace: str) -> Workload | None:
+        """The lengths and burstiness of ``model`` in ``namespace`` (series without one stand in)."""
+        return self.workloads.get((model, namespace)) or self.workloads.get((model, ""))
 
     def lookup(self, model: str, namespace: str) -> Lookup:
         """The metrics of ``model`` in ``namespace``; like WVA, fall back to series with no namespace."""

@@ -27,6 +27,18 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``SATURATION_FLOOR``                      ``true`` (default, WVA's later rule): for a variant with a
                                           profile, the saturation analyzers are a safety floor under
                                           the model's decision; ``false``: the model alone
+``STARTUP_TIME``                          how long a new replica takes to serve (default ``3m``): the
+                                          forecast's horizon is this plus one interval
+``FORECAST_QUANTILE``                     attainment classes plan for this quantile of the demand
+                                          forecast over the horizon (default ``0.9``; ``0``: off)
+``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
+                                          attainment classes (default ``15s``; ``0``: off)
+``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
+                                          beside the running decodes; ``false``: at the pace of the
+                                          whole batch (WVA's accounting); the tail model's TTFT
+``BURSTINESS_COUNTER``                    the request counter whose counts give a model's burstiness
+                                          (default ``vllm:request_success_total``; an arrival counter
+                                          such as the inference gateway's is better where there is one)
 ========================================  ===========================================================
 
 The main ConfigMap may also hold all of these as YAML under the single key ``config.yaml``, and go by any
@@ -88,6 +100,11 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "KEEP_ACCELERATOR",
     "STATUS_REFRESH_INTERVAL",
     "SATURATION_FLOOR",
+    "STARTUP_TIME",
+    "FORECAST_QUANTILE",
+    "BURST_GUARD_INTERVAL",
+    "BURSTINESS_COUNTER",
+    "CHUNKED_PREFILL",
 )
 #: In WVA's manifests but never read by WVA (or read by a part we do not have): accepted, ignored.
 IGNORED_MAIN_CONFIG_KEYS: tuple[str, ...] = ("GLOBAL_OPT_TRIGGER", "DISABLING_TTFT")
@@ -210,6 +227,20 @@ class MainConfig(BaseModel):
     # conditions and actuation are unchanged is rewritten only this often (for large fleets).
     status_refresh_seconds: float = 0.0
     saturation_floor: bool = True
+    # Ahead of the load, for classes with attainment targets (docs/tail-slo.md): the start-up time of a
+    # replica, the quantile of the demand forecast planned for (0: none), the burst guard's period (0:
+    # none), and the counter whose counts give the burstiness.
+    startup_seconds: float = 180.0
+    forecast_quantile: float = 0.9
+    guard_interval_seconds: float = 15.0
+    burstiness_counter: str = "vllm:request_success_total"
+    chunked_prefill: bool = True
+
+    @property
+    def forecast_horizon_seconds(self) -> float:
+        """How far ahead a plan must hold: a replica asked for now serves after the start-up time, until
+        the next decision takes effect."""
+        return self.startup_seconds + self.interval_seconds
 
     @property
     def min_replicas_default(self) -> int:
@@ -289,6 +320,19 @@ def parse_main_config(
         raise ConfigError(f"SATURATION_FLOOR={floor_raw!r} must be true or false")
 
     stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
+    quantile_raw = cm.get("FORECAST_QUANTILE", "").strip()
+    try:
+        forecast_quantile = float(quantile_raw) if quantile_raw else 0.9
+    except ValueError:
+        raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} is not a number") from None
+    if not 0.0 <= forecast_quantile < 1.0:
+        raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} must be in [0, 1) (0: no forecast)")
+    chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
+    if chunked_raw not in ("true", "false"):
+        raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
+    counter = cm.get("BURSTINESS_COUNTER", "").strip() or "vllm:request_success_total"
+    if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", counter):
+        raise ConfigError(f"BURSTINESS_COUNTER={counter!r} is not a Prometheus metric name")
     return MainConfig(
         prometheus=prometheus,
         interval_seconds=_duration(cm, "GLOBAL_OPT_INTERVAL", DEFAULT_INTERVAL_SECONDS, positive=True),
@@ -308,4 +352,9 @@ def parse_main_config(
         keep_accelerator=keep_raw == "true",
         status_refresh_seconds=_duration(cm, "STATUS_REFRESH_INTERVAL", 0.0),
         saturation_floor=floor_raw == "true",
+        startup_seconds=_duration(cm, "STARTUP_TIME", 180.0),
+        forecast_quantile=forecast_quantile,
+        guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
+        burstiness_counter=counter,
+        chunked_prefill=chunked_raw == "true",
     )

@@ -387,12 +387,28 @@ class LearnedProfileStatus(_Model):
     state: str | None = Field(default=None, max_length=LEARNED_STATE_MAX)
 
 
+class ForecastStatus(_Model):
+    """(ours) The demand forecast of the variant's model, kept across restarts (docs/operator.md)."""
+
+    model: str | None = Field(default=None, max_length=256)
+    updated: datetime | None = None
+    level: float | None = None
+    trend: float | None = None
+    step: int = Field(ge=0, le=2147483647)
+    pending: list[float] | None = Field(default=None, max_length=64)
+    recent: list[float] | None = Field(default=None, max_length=64)
+    errors: list[float] | None = Field(default=None, max_length=240)
+    upper_rate: str | None = Field(default=None, alias="upperRate", max_length=32)
+    point_rate: str | None = Field(default=None, alias="pointRate", max_length=32)
+
+
 class VariantAutoscalingStatus(_Model):
     current_alloc: Allocation | None = Field(default=None, alias="currentAlloc")
     desired_optimized_alloc: OptimizedAlloc | None = Field(default=None, alias="desiredOptimizedAlloc")
     actuation: ActuationStatus | None = None
     recommendations: list[Recommendation] | None = Field(default=None, max_length=64)
     last_metrics_time: datetime | None = Field(default=None, alias="lastMetricsTime")
+    forecast: ForecastStatus | None = None
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
     conditions: list[Condition] | None = Field(default=None, max_length=32)
     learned_profile: LearnedProfileStatus | None = Field(default=None, alias="learnedProfile")

@@ -5,6 +5,11 @@ and each of a few batch sizes up to the profile's ``maxBatchSize`` (that value a
 analyzer gives the replicas the load needs, their cost, and the rate one replica sustains within the
 SLOs. Combinations that cannot meet the SLOs are kept out, each with its reason.
 
+A class that states its targets as shares of requests (``slo-attainment``, ``slo-ttft-percentile``,
+``slo-tpot-percentile``) is sized by the tail model (:mod:`variant_autoscaler.core.tail`) with the
+variant's measured :class:`~variant_autoscaler.core.workload.Workload` (length distribution, burstiness);
+a class that says nothing keeps WVA's meaning, the mean, and the analyzer sizes it.
+
 :func:`build_candidate_sets` does this for every variant of a plan with one call of the analyzer's batch
 (:func:`~variant_autoscaler.core.analyzer.size_allocations`), which sizes all the candidates together;
 :func:`build_candidates` sizes one variant's candidates one call each (a custom sizer, tests).
@@ -29,6 +34,8 @@ from variant_autoscaler.core.analyzer import (
 )
 from variant_autoscaler.core.model import AcceleratorType, Profile, VariantInput
 from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.core.tail import TailSizingRequest, size_tail_allocations
+from variant_autoscaler.core.workload import RequestLengths
 from variant_autoscaler.errors import InfeasibleError, ModelError
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "CandidateSet",
     "Rejection",
     "Sizer",
+    "TailBatchSizer",
     "batch_sizes",
     "batched",
     "build_candidate_sets",
@@ -170,6 +178,38 @@ class BatchSizer(Protocol):
     def __call__(self, requests: Sequence[SizingRequest]) -> Sequence[SizingOutcome]: ...
 
 
+class TailBatchSizer(Protocol):
+    """Sizes many candidates of classes with attainment or percentile targets
+    (:func:`variant_autoscaler.core.tail.size_tail_allocations`), answered as :class:`BatchSizer`."""
+
+    def __call__(self, requests: Sequence[TailSizingRequest]) -> Sequence[SizingOutcome]: ...
+
+
+def tail_request(variant: VariantInput, request: SizingRequest) -> TailSizingRequest:
+    """The tail model's form of a candidate's sizing: the variant's measured workload, or (unmeasured)
+    exponential lengths with the load's means, read to the grid of
+    :meth:`~variant_autoscaler.core.workload.Workload.rounded` so that the memo serves the next cycle."""
+    workload = variant.workload
+    lengths = workload.lengths if workload is not None else None
+    if lengths is None:
+        load = request.load
+        lengths = RequestLengths.from_means(load.avg_input_tokens, max(load.avg_output_tokens, 1.0)).rounded()
+    return TailSizingRequest(
+        request.accelerator,
+        request.unit_cost,
+        request.acc_count,
+        request.parms,
+        request.max_batch_size,
+        request.load,
+        request.slo,
+        request.min_replicas,
+        lengths,
+        workload.burstiness if workload is not None else None,
+        None,
+        workload.chunked_prefill if workload is not None else False,
+    )
+
+
 def per_call(sizer: Sizer) -> BatchSizer:
     """A :class:`BatchSizer` that calls ``sizer`` once per request (a custom sizer, e.g. in tests)."""
 
@@ -226,7 +266,7 @@ class _Slot(NamedTuple):
     batch: int
     units: int
     cost_per_replica: float
-    request: int
+    request: int  # index in the batch of mean requests (>= 0) or, as -1 - index, of tail requests
 
 
 def _priced(
@@ -250,15 +290,18 @@ def build_candidate_sets(
     *,
     batch_count: int,
     sizer: BatchSizer = size_allocations,
+    tail_sizer: TailBatchSizer = size_tail_allocations,
 ) -> list[CandidateSet]:
     """The candidates of every ``(variant, load)`` job (load None: the variant's own), sized in one call
-    of ``sizer`` so that the analyzer can solve them all together; the same sets, in the same order, as
+    of ``sizer`` so that the analyzer can solve them all together (and those of classes with attainment
+    or percentile targets in one call of ``tail_sizer``); the same sets, in the same order, as
     :func:`build_candidates` gives one by one.
 
     The caller handles variants without load; passing none here is a programming error.
     """
     plans: list[tuple[VariantInput, list[Rejection | _Slot]]] = []
     requests: list[SizingRequest] = []
+    tails: list[TailSizingRequest] = []
     for variant, given in jobs:
         load = given if given is not None else variant.load
         if load is None:
@@ -282,6 +325,7 @@ def build_candidate_sets(
         for p in variant.profiles:
             profiles.setdefault(p.accelerator, p)  # the first one, as VariantInput.profile
         slo = variant.service.slo
+        tail = slo.is_tail
         for name in names:
             profile = profiles[name]
             accelerator = _priced(accelerators.get(name), name, profile, variant.replica_cost)
@@ -291,34 +335,39 @@ def build_candidate_sets(
             units = profile.acc_count * accelerator.multiplicity
             top = variant.max_batch_size if variant.max_batch_size is not None else profile.max_batch_size
             for batch in batch_sizes(top, batch_count):
-                entries.append(
-                    _Slot(
-                        name,
-                        accelerator.device,
-                        batch,
-                        units,
-                        accelerator.cost * profile.acc_count,
-                        len(requests),
-                    )
+                request = SizingRequest(  # positional, in the order of the fields (faster than keywords)
+                    name,
+                    accelerator.cost,
+                    profile.acc_count,
+                    profile.parms,
+                    batch,
+                    load,
+                    slo,
+                    variant.min_replicas,
                 )
-                requests.append(  # positional, in the order of the fields (faster than keywords)
-                    SizingRequest(
-                        name,
-                        accelerator.cost,
-                        profile.acc_count,
-                        profile.parms,
-                        batch,
-                        load,
-                        slo,
-                        variant.min_replicas,
-                    )
+                if tail:  # tail requests are numbered after the mean ones: -1 - index
+                    index = -1 - len(tails)
+                    tails.append(tail_request(variant, request))
+                else:
+                    index = len(requests)
+                    requests.append(request)
+                entries.append(
+                    _Slot(name, accelerator.device, batch, units, accelerator.cost * profile.acc_count, index)
                 )
         plans.append((variant, entries))
     outcomes = sizer(requests) if requests else []
     if len(outcomes) != len(requests):
         raise ValueError(f"the sizer answered {len(outcomes)} of {len(requests)} requests")
+    tail_outcomes = tail_sizer(tails) if tails else []
+    if len(tail_outcomes) != len(tails):
+        raise ValueError(f"the tail sizer answered {len(tail_outcomes)} of {len(tails)} requests")
     # The analyzer's batch gives its numbers without building a Sizing for each candidate.
-    numbers = outcomes.numbers if isinstance(outcomes, Sizings) else _numbers_of(outcomes)
+    mean_numbers = outcomes.numbers if isinstance(outcomes, Sizings) else _numbers_of(outcomes)
+    tail_numbers = _numbers_of(tail_outcomes)
+
+    def numbers(i: int) -> tuple[int, float, float, float, float, float] | InfeasibleError | ModelError:
+        return mean_numbers(i) if i >= 0 else tail_numbers(-1 - i)
+
     sets: list[CandidateSet] = []
     for variant, entries in plans:
         candidates: list[Candidate] = []

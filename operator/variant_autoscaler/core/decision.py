@@ -134,6 +134,8 @@ class DecisionInputs:
     status_refresh_seconds: float = 0.0
     # ``status.learnedProfile`` as this cycle computed it (core/learning.py); None: left as stored.
     learned_profile: Mapping[str, Any] | None = None
+    # status.forecast to write (the model's demand forecast, engine/ahead.py), or None.
+    forecast: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +518,7 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
         recommendations=decision.policy.history,
         last_metrics_time=decision.last_metrics_time,
         learned_profile=inp.learned_profile,
+        forecast=inp.forecast,
     )
     status = st.build_status(status_inputs)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from variant_autoscaler.core.analyzer import Load
-from variant_autoscaler.core.candidates import Candidate, CandidateSet, Sizer
+from variant_autoscaler.core.analyzer import Load, SizingRequest
+from variant_autoscaler.core.candidates import Candidate, CandidateSet, Sizer, tail_request
 from variant_autoscaler.core.milp import UnitResult
 from variant_autoscaler.core.model import AcceleratorType, Decision, Outcome, VariantInput
 from variant_autoscaler.core.preparation import Pool, Prepared
+from variant_autoscaler.core.tail import size_tail_allocation
 from variant_autoscaler.errors import InfeasibleError, ModelError
 
 __all__ = [
@@ -163,7 +164,30 @@ def predict(
     if profile is None or accelerator is None or replicas <= 0:
         return option.itl, option.ttft
     share = Load(served_rps * 60.0 * (1.0 - 1e-9), load.avg_input_tokens, load.avg_output_tokens)
+    slo = variant.service.slo
     try:
+        if slo.is_tail:  # the tail model's means, as the candidate was sized
+            req = tail_request(
+                variant,
+                SizingRequest(
+                    option.accelerator, accelerator.cost, profile.acc_count, profile.parms, option.batch,
+                    share, slo, replicas,
+                ),
+            )  # fmt: skip
+            sizing = size_tail_allocation(
+                accelerator=req.accelerator,
+                unit_cost=req.unit_cost,
+                acc_count=req.acc_count,
+                parms=req.parms,
+                max_batch_size=req.max_batch_size,
+                load=req.load,
+                slo=req.slo,
+                lengths=req.lengths,
+                burstiness=req.burstiness,
+                min_replicas=req.min_replicas,
+                chunked_prefill=req.chunked_prefill,
+            )
+            return sizing.itl, sizing.ttft
         sizing = sizer(
             accelerator=option.accelerator,
             unit_cost=accelerator.cost,
@@ -206,6 +230,7 @@ def decision_for(
         reason=reason,
         served_rate=served * 60.0,
         demand=demand,
+        rate_per_replica=option.rate_per_replica,
     )
 
 
@@ -219,8 +244,8 @@ def serve_text(variant: VariantInput, option: Candidate, replicas: int, itl: flo
 
 
 def predicted_text(variant: VariantInput, itl: float, ttft: float) -> str:
-    # The predictions are means; say so where the TTFT target is a percentile.
-    mean = "mean " if variant.service.slo.ttft_percentile > 0 else ""
+    # The predictions are means; say so where the targets bound shares of requests.
+    mean = "mean " if variant.service.slo.is_tail else ""
     return f"(predicted ITL {ms_text(itl)}, {mean}TTFT {ms_text(ttft)})"
 
 
@@ -294,6 +319,7 @@ def pool_decisions(
             with_rejections(reason, cset),
             share * 60.0,
             variant.load.arrival_rate if variant.load is not None else 0.0,
+            option.rate_per_replica,
         )
 
 

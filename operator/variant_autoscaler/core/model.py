@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from variant_autoscaler.core.analyzer import SLO, Load
 from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import ConfigError
 
 __all__ = [
@@ -232,6 +233,9 @@ class VariantInput:
     * ``max_batch_size``: overrides every profile's ``maxBatchSize`` (WVA's server-level override).
     * ``share_load``: the variant opts in to share its model's load with the other opted-in variants of
       the same ``model_id`` (ours).
+    * ``workload``: its model's request-length distribution and arrival burstiness, measured online
+      (ours); read only when its class states attainment or percentile targets (the tail model), None:
+      exponential lengths with the load's means and Poisson arrivals.
     """
 
     name: str
@@ -250,6 +254,7 @@ class VariantInput:
     # The cost of one replica when the variant states it (WVA's variantCost), instead of the accelerator's
     # unit cost x its count; with it an accelerator missing from accelerator-unit-costs can still be sized.
     replica_cost: float | None = None
+    workload: Workload | None = None
 
     def __post_init__(self) -> None:
         where = f"variant {self.namespace}/{self.name}"
@@ -347,7 +352,8 @@ class Decision:
 
     ``itl``/``ttft`` are the predicted mean latencies (ms) at the load each replica takes (0 when there
     is no prediction: no replicas, or a held allocation). ``served_rate`` is the load (req/min) the plan
-    serves within the SLOs; ``demand`` the load it was asked to serve.
+    serves within the SLOs; ``demand`` the load it was asked to serve; ``rate_per_replica`` (req/s) what
+    one replica of the chosen candidate sustains within the SLOs (0 when unknown; the burst guard reads it).
     """
 
     key: str
@@ -361,6 +367,7 @@ class Decision:
     reason: str
     served_rate: float = 0.0
     demand: float = 0.0
+    rate_per_replica: float = 0.0
 
     @property
     def served_fraction(self) -> float:

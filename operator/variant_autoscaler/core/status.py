@@ -282,6 +282,8 @@ class StatusInputs:
     last_metrics_time: datetime | None = None
     # ``status.learnedProfile`` (core/learning.py); None leaves the stored one as it is.
     learned_profile: Mapping[str, Any] | None = None
+    # The demand forecast of the variant's model, kept across restarts (engine/ahead.py), or None.
+    forecast: Mapping[str, Any] | None = None
 
 
 def current_alloc_json(view: CurrentView) -> dict[str, Any]:
@@ -341,6 +343,7 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
         ]
         or None,
         "lastMetricsTime": format_time(inp.last_metrics_time) if inp.last_metrics_time else None,
+        "forecast": dict(inp.forecast) if inp.forecast is not None else None,
         "observedGeneration": inp.generation,
         # The schema's maxItems: the newest types (updates come last) are kept.
         "conditions": [c.to_json() for c in conditions[-32:]],

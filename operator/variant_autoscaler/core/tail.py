@@ -34,8 +34,8 @@ Everything is pure: times in ms, rates in requests per second at the public surf
 
 from __future__ import annotations
 
-import contextlib
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -71,6 +71,7 @@ __all__ = [
     "TailTargets",
     "TokenLengths",
     "burstiness_from_times",
+    "clear_tail_memo",
     "index_of_dispersion",
     "size_tail_allocation",
     "size_tail_allocations",
@@ -78,8 +79,11 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: The tail search stops when the bracket is this narrow (relative); a secant step then lands closer.
-_RATE_TOLERANCE = 1e-4
+#: The tail search stops refining its grid when the bracket is this narrow (relative); secant steps then
+#: land closer.
+_RATE_TOLERANCE = 2e-3
+#: Points per grid of the search: one evaluation of the model costs about the same for 2 or 40 points.
+_GRID = 40
 
 
 def _number(name: str, value: object, minimum: float = 0.0) -> float:
@@ -230,6 +234,7 @@ class _State(NamedTuple):
     p_head: FloatArray  # (G, N) P(an arrival finds i = 0..N-1 requests in the system)
     p_wait: FloatArray  # (G,) P(it finds the batch full)
     eta: FloatArray  # (G,) the rate of its exponential wait then (1/ms)
+    lam: FloatArray  # (G,) the rates (req/ms)
 
 
 class TailModel:
@@ -247,6 +252,9 @@ class TailModel:
         "_idc_knots",
         "_in_knots",
         "_mu",
+        "_pre0",
+        "_pre1",
+        "chunked_prefill",
         "lengths",
         "max_batch_size",
         "parms",
@@ -262,6 +270,7 @@ class TailModel:
         burstiness: Burstiness | None = None,
         *,
         kv_cache_tokens: int | None = None,
+        chunked_prefill: bool = False,
     ) -> None:
         if not isinstance(parms, ServiceParms):
             raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
@@ -279,17 +288,30 @@ class TailModel:
             fits = int(_number("KV cache tokens", kv_cache_tokens) // (l_in + l_out / 2.0 + 1.0))
             n = max(1, min(n, fits))
         self.parms, self.max_batch_size, self.lengths = parms, n, lengths
+        self.chunked_prefill = bool(chunked_prefill)
         steps = l_out - 1.0
-        a = (parms.gamma if l_in > 0 else 0.0) + steps * parms.alpha
+        # The prefill's fixed part: WVA's γ, or (chunked, vLLM V1) the step's own α.
+        fixed = parms.alpha if chunked_prefill else parms.gamma
+        a = (fixed if l_in > 0 else 0.0) + steps * parms.alpha
         s = parms.delta * l_in + steps * parms.beta
         if not a + s > 0:
             raise ModelError("the service time is zero for these parameters and lengths")
         b = np.arange(1.0, n + 1.0)
         self._mu = b / (a + s * b)  # μ_b, req/ms
         full = a + s * n  # mean service time at a full batch (ms)
-        var = (parms.delta * n) ** 2 * lengths.input.variance + (
-            parms.alpha + parms.beta * n
-        ) ** 2 * lengths.output.variance
+        # A request's own prefill: δ·L·N of its service in WVA's accounting, δ·L once when chunked.
+        own = parms.delta * (1.0 if chunked_prefill else n)
+        var = own**2 * lengths.input.variance + (parms.alpha + parms.beta * n) ** 2 * lengths.output.variance
+        # TTFT of an arrival that finds b − 1 others running (b = 1..N): pre0[b] + pre1[b]·L. WVA's
+        # accounting prefills at batch b, γ + δ·L·b; a chunked prefill (vLLM V1) runs inside one step
+        # beside the b − 1 decodes, after the rest of the step under way (half of one, on average):
+        # 1.5·(α + β·(b − 1)) + δ·L.
+        if chunked_prefill:
+            self._pre0 = 1.5 * (parms.alpha + parms.beta * (b - 1.0))
+            self._pre1 = np.full(n, parms.delta)
+        else:
+            self._pre0 = np.full(n, parms.gamma)
+            self._pre1 = parms.delta * b
         self.service_time_ms = full
         self._cs2 = var / (full * full)
         self._bursts = burstiness or Burstiness()
@@ -330,7 +352,7 @@ class TailModel:
         return np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])  # type: ignore[no-any-return]
 
     def _state(self, lam: FloatArray) -> _State:
-        return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))))
+        return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))), lam)
 
     def _chain(self, lam: FloatArray, ca2: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         mu = self._mu
@@ -382,20 +404,17 @@ class TailModel:
     def _ttft_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
-        p = self.parms
-        batch = np.arange(1.0, self.max_batch_size + 1.0)
-        slope = p.delta * batch
+        c0, c1 = self._pre0, self._pre1
         with np.errstate(divide="ignore", invalid="ignore"):
-            limit = np.where(slope > 0, (target - p.gamma) / slope, np.inf if target >= p.gamma else -np.inf)
-        head = state.p_head @ self._prefill_sf(limit)  # starts at once, prefills at batch i + 1
+            limit = np.where(c1 > 0, (target - c0) / c1, np.where(target >= c0, np.inf, -np.inf))
+        head = state.p_head @ self._prefill_sf(limit)  # starts at once, beside the i others
         return head + state.p_wait * self._queued_miss(state.eta, target)
 
     def _queued_miss(self, eta: FloatArray, target: float) -> FloatArray:
         """P(W + prefill(L, N) > target) with W ~ Exp(η): the prefill's piecewise-uniform segments
         integrated in closed form."""
-        p, n = self.parms, self.max_batch_size
         values, levels = self._in_knots
-        x = p.gamma + p.delta * n * values  # prefill at a full batch, at the knots
+        x = self._pre0[-1] + self._pre1[-1] * values  # prefill at a full batch, at the knots
         mass = np.diff(levels)
         lo, hi = x[:-1], x[1:]
         over = np.sum(mass * np.clip((hi - target) / (hi - lo), 0.0, 1.0))  # P(prefill > target)
@@ -416,12 +435,21 @@ class TailModel:
         weighted = batch * np.arange(1.0, n + 1.0)
         return weighted / weighted.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
 
+    def _itl_scale(self, lam: FloatArray) -> FloatArray:
+        """How much longer the decode steps are than ``α + β·b``: with chunked prefill the steps also
+        carry the new requests' prompts, a share ``λ·δ·E[L]`` of the server's time."""
+        if not self.chunked_prefill:
+            return np.ones_like(lam)
+        busy = lam * self.parms.delta * self.lengths.input.mean
+        return 1.0 / (1.0 - np.minimum(busy, 0.95))
+
     def _itl_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
         p = self.parms
-        itl = p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0)
-        return self._batch_seen(state) @ (itl > target * (1.0 + 1e-9)).astype(float)  # type: ignore[no-any-return]
+        itl = (p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0))[None, :]
+        over = itl * self._itl_scale(state.lam)[:, None] > target * (1.0 + 1e-9)
+        return np.sum(self._batch_seen(state) * over, axis=1)  # type: ignore[no-any-return]
 
     def _check_rate(self, rate: float) -> float:
         r = _number("request rate", rate)
@@ -441,9 +469,9 @@ class TailModel:
         p, n = self.parms, self.max_batch_size
         l_in = self.lengths.input.mean
         batch = np.arange(1.0, n + 1.0)
-        prefill = (p.gamma if l_in > 0 else 0.0) + p.delta * l_in * batch
+        prefill = (self._pre0 if l_in > 0 else 0.0) + self._pre1 * l_in
         ttft = state.p_head @ prefill + state.p_wait * (1.0 / state.eta + prefill[-1])
-        itl = self._batch_seen(state) @ (p.alpha + p.beta * batch)
+        itl = (self._batch_seen(state) @ (p.alpha + p.beta * batch)) * self._itl_scale(lam)
         rho = (state.p_head[:, 1:] @ batch[:-1] + state.p_wait * n) / n
         columns = (
             (lam * 1000.0).tolist(),
@@ -461,12 +489,11 @@ class TailModel:
         lvl = self._level(level)
         state = self._state(np.array([self._check_rate(rate) / 1000.0]))
         miss = 1.0 - lvl
-        p = self.parms
 
         def share(t: float) -> float:
             return float(self._ttft_miss(state, t)[0])
 
-        lo, hi = 0.0, max(p.gamma + p.delta * self.lengths.input.values[-1] * self.max_batch_size, 1.0)
+        lo, hi = 0.0, max(float(self._pre0[-1] + self._pre1[-1] * self.lengths.input.values[-1]), 1.0)
         while share(hi) > miss:
             lo, hi = hi, hi * 2.0
         while hi - lo > 1e-6 * hi:
@@ -484,7 +511,8 @@ class TailModel:
         seen = self._batch_seen(state)[0]
         over = 1.0 - np.cumsum(seen)  # P(batch > b), b = 1..N
         b = int(np.searchsorted(-over, -(1.0 - lvl)))  # the first b with P(batch > b) <= 1 - level
-        return float(self.parms.alpha + self.parms.beta * (b + 1))
+        scale = float(self._itl_scale(state.lam)[0])
+        return float(self.parms.alpha + self.parms.beta * (b + 1)) * scale
 
     @staticmethod
     def _level(level: float) -> float:
@@ -546,28 +574,36 @@ class TailModel:
     def _search(self, targets: TailTargets, lam_lo: float, lam_hi: float) -> float | str | None:
         """The largest λ in [lam_lo, lam_hi] with excess(λ) <= 1 (the shares grow with λ), None when the
         top of the range is within, or why even the bottom is not. A grid over the range, then finer
-        grids in the bracket (one vectorised evaluation each) until it is :data:`_RATE_TOLERANCE` wide,
-        then a secant step on log(excess)."""
-        grid = np.linspace(lam_lo, lam_hi, 16)
+        grids in the bracket (one vectorised evaluation each: the cost of one evaluation is mostly
+        per call, not per point, so wide grids and few calls) until it is :data:`_RATE_TOLERANCE` wide
+        or two refinements were made, then a secant step on log(excess) vs log(λ) inside the bracket (the
+        shares are smooth in λ: the step lands within about 1e-5 of the root)."""
+        grid = np.linspace(lam_lo, lam_hi, _GRID)
         ex = self._excess(grid, targets)
         if ex[0] > 1.0:
             return self._unreachable(targets)
         if ex[-1] <= 1.0:
             return None
         lo = hi = f_lo = f_hi = 0.0
-        for _ in range(12):
+        for _ in range(2):
             k = int(np.argmax(ex > 1.0))  # >= 1: the first point is within
             lo, hi, f_lo, f_hi = float(grid[k - 1]), float(grid[k]), float(ex[k - 1]), float(ex[k])
             if hi - lo <= _RATE_TOLERANCE * hi:
                 break
-            inner = np.linspace(lo, hi, 12)[1:-1]
+            inner = np.linspace(lo, hi, _GRID)[1:-1]
             grid = np.concatenate(([lo], inner, [hi]))
             ex = np.concatenate(([f_lo], self._excess(inner, targets), [f_hi]))
-        if 0 < f_lo < 1.0 < f_hi:  # a secant step on log(excess) vs log(λ), kept inside the bracket
+        for _ in range(1 if hi - lo <= _RATE_TOLERANCE * hi else 2):
+            if not 0 < f_lo < 1.0 < f_hi:
+                break
+            # A secant step on log(excess) vs log(λ), kept inside the bracket, which it then narrows.
             t = -math.log(f_lo) / (math.log(f_hi) - math.log(f_lo))
             lam = math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
-            if float(self._excess(np.array([lam]), targets)[0]) <= 1.0:
-                lo = lam
+            f = float(self._excess(np.array([lam]), targets)[0])
+            if f <= 1.0:
+                lo, f_lo = lam, f
+            else:
+                hi, f_hi = lam, f
         return lo
 
     def _unreachable(self, targets: TailTargets) -> str:
@@ -605,53 +641,76 @@ def size_tail_allocation(
     burstiness: Burstiness | None = None,
     min_replicas: int = 1,
     kv_cache_tokens: int | None = None,
+    chunked_prefill: bool = False,
 ) -> Sizing:
     """:func:`~variant_autoscaler.core.analyzer.size_allocation` for an SLO with percentile or attainment
     targets: the replicas, cost and rate per replica such that the predicted share of requests over each
     target stays within its budget at the load's arrival rate (req/min, as WVA).
 
-    ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson. The
+    ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson;
+    ``chunked_prefill`` says how the server prefills (see :class:`TailModel`). The
     returned :class:`Sizing` carries the *mean* TTFT and ITL the model predicts per replica (as the
     analyzer's does); :class:`TailModel` gives the shares and quantiles. An SLO without tail targets is
     sized by the mean model here too (WVA's meaning), so the function is a drop-in for every class.
     Raises :class:`InfeasibleError` / :class:`ModelError` as the analyzer does.
     """
-    unit = _number("unit cost", unit_cost)
-    if isinstance(acc_count, bool) or not isinstance(acc_count, int):
-        raise ModelError(f"accelerator count must be an integer, got {acc_count!r}")
-    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
-        raise ModelError(f"minimum replicas must be an integer >= 0, got {min_replicas!r}")
-    arrival = _number("arrival rate", load.arrival_rate)
-    per_replica_cost = unit * max(acc_count, 1)
-    if arrival == 0.0 or load.avg_output_tokens == 0.0:
-        if min_replicas == 0:
-            return Sizing("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        itl = parms.alpha + parms.beta
-        return Sizing(
-            accelerator, min_replicas, max_batch_size, per_replica_cost * min_replicas, itl,
-            parms.gamma + parms.delta, 0.0, 0.0,
-        )  # fmt: skip
-    lengths = lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
-    model = TailModel(parms, max_batch_size, lengths, burstiness, kv_cache_tokens=kv_cache_tokens)
-    targets = TailTargets.from_slo(slo)
-    size = model.max_rate(targets, tps=slo.tps)
-    rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
-    total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
-    needed = total / rate_star
-    if not needed <= 1_000_000:
-        raise InfeasibleError(f"the load of {total:.4g} req/s needs {needed:.3g} replicas")
-    replicas = max(math.ceil(needed), min_replicas, 1)
-    at = model.predict(min(total / replicas, model.rate_range[1]), targets)
-    return Sizing(
-        accelerator=accelerator,
-        replicas=replicas,
-        max_batch=max_batch_size,
-        cost=per_replica_cost * replicas,
-        itl=at.itl,
-        ttft=at.ttft,
-        rho=at.rho,
-        max_rate_per_replica=rate_star,
-    )
+    outcome = size_tail_allocations(
+        [
+            TailSizingRequest(
+                accelerator, unit_cost, acc_count, parms, max_batch_size, load, slo, min_replicas,
+                lengths, burstiness, kv_cache_tokens, chunked_prefill,
+            )
+        ]
+    )[0]  # fmt: skip
+    if isinstance(outcome, InfeasibleError | ModelError):
+        raise outcome
+    return outcome
+
+
+#: How many (server, workload, targets) sizings :func:`size_tail_allocation` remembers.
+TAIL_MEMO_LIMIT = 4096
+_TailKey = tuple[ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float, bool]
+_TAIL_MEMO: OrderedDict[_TailKey, tuple[TailModel, TailSize] | InfeasibleError | ModelError] = OrderedDict()
+
+
+def clear_tail_memo() -> None:
+    """Forget the sizings :func:`size_tail_allocation` remembers (benchmarks use it)."""
+    _TAIL_MEMO.clear()
+
+
+def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
+    """The model and its largest rate for ``(parms, max batch, lengths, burstiness, KV cache, targets,
+    tps, chunked prefill)``, remembered (the search is the costly part, and a cycle whose traffic did not
+    change asks the same again: the planner rounds its inputs so that it does, see
+    :meth:`~variant_autoscaler.core.workload.Workload.rounded`)."""
+    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps, chunked = key
+    try:
+        known = _TAIL_MEMO.get(key)
+        hashable = True
+    except TypeError:  # an unhashable input (a list where a tuple belongs): size it, do not remember
+        known, hashable = None, False
+    if known is None:
+        try:
+            model = TailModel(
+                parms,
+                max_batch,
+                lengths,
+                burstiness,
+                kv_cache_tokens=kv_cache_tokens,
+                chunked_prefill=chunked,
+            )
+            known = (model, model.max_rate(targets, tps=tps))
+        except (InfeasibleError, ModelError) as exc:
+            known = exc
+        if hashable:
+            _TAIL_MEMO[key] = known
+            while len(_TAIL_MEMO) > TAIL_MEMO_LIMIT:
+                _TAIL_MEMO.popitem(last=False)
+    else:
+        _TAIL_MEMO.move_to_end(key)
+    if isinstance(known, InfeasibleError | ModelError):
+        raise type(known)(*known.args)
+    return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,38 +729,127 @@ class TailSizingRequest:
     lengths: RequestLengths | None = None
     burstiness: Burstiness | None = None
     kv_cache_tokens: int | None = None
+    chunked_prefill: bool = False
+
+
+class _Pending(NamedTuple):
+    """A request waiting for its server's sizing: its place, the load (req/s) and what it costs."""
+
+    at: int
+    request: TailSizingRequest
+    total: float
+    per_replica_cost: float
+
+
+def _prepare(req: TailSizingRequest) -> Sizing | tuple[_TailKey, float, float]:
+    """Check a request: the trivial sizing of no load, or its server's key, its load (req/s) and the
+    cost of one replica (raises ModelError on bad input)."""
+    unit = _number("unit cost", req.unit_cost)
+    if isinstance(req.acc_count, bool) or not isinstance(req.acc_count, int):
+        raise ModelError(f"accelerator count must be an integer, got {req.acc_count!r}")
+    low = req.min_replicas
+    if isinstance(low, bool) or not isinstance(low, int) or low < 0:
+        raise ModelError(f"minimum replicas must be an integer >= 0, got {low!r}")
+    load, parms = req.load, req.parms
+    arrival = _number("arrival rate", load.arrival_rate)
+    per_replica_cost = unit * max(req.acc_count, 1)
+    if arrival == 0.0 or load.avg_output_tokens == 0.0:
+        if low == 0:
+            return Sizing("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        itl = parms.alpha + parms.beta
+        return Sizing(
+            req.accelerator, low, req.max_batch_size, per_replica_cost * low, itl,
+            parms.gamma + parms.delta, 0.0, 0.0,
+        )  # fmt: skip
+    lengths = req.lengths or RequestLengths.from_means(load.avg_input_tokens, load.avg_output_tokens)
+    slo = req.slo
+    targets = TailTargets.from_slo(slo)
+    key: _TailKey = (
+        parms,
+        req.max_batch_size,
+        lengths,
+        req.burstiness,
+        req.kv_cache_tokens,
+        targets,
+        slo.tps,
+        req.chunked_prefill,
+    )
+    total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
+    return key, total, per_replica_cost
 
 
 def size_tail_allocations(requests: Sequence[TailSizingRequest]) -> list[SizingOutcome]:
     """:func:`size_tail_allocation` for every request, in order: each entry the :class:`Sizing`, or the
     :class:`InfeasibleError` / :class:`ModelError` that call raises (returned, not raised), as
-    :func:`~variant_autoscaler.core.analyzer.size_allocations` answers the candidate builder. Requests
-    with equal inputs are sized once."""
-    done: dict[TailSizingRequest, SizingOutcome] = {}
-    out: list[SizingOutcome] = []
-    for req in requests:
+    :func:`~variant_autoscaler.core.analyzer.size_allocations` answers the candidate builder.
+
+    Requests of one server (model, batch, workload, targets) share its search (remembered across calls,
+    :data:`TAIL_MEMO_LIMIT`) and one evaluation of the model at all their rates per replica, so a plan
+    costs one search and one evaluation per distinct server, however many variants share it."""
+    out: list[SizingOutcome | None] = [None] * len(requests)
+    groups: dict[_TailKey, list[_Pending]] = {}
+    loose: list[_Pending] = []  # unhashable inputs (a list where a tuple belongs): each on its own
+    for i, req in enumerate(requests):
         try:
-            known = done.get(req)
-        except TypeError:  # an unhashable field: size it anyway
-            known = None
-        if known is None:
-            try:
-                known = size_tail_allocation(
-                    accelerator=req.accelerator,
-                    unit_cost=req.unit_cost,
-                    acc_count=req.acc_count,
-                    parms=req.parms,
-                    max_batch_size=req.max_batch_size,
-                    load=req.load,
-                    slo=req.slo,
-                    lengths=req.lengths,
-                    burstiness=req.burstiness,
-                    min_replicas=req.min_replicas,
-                    kv_cache_tokens=req.kv_cache_tokens,
-                )
-            except (InfeasibleError, ModelError) as exc:
-                known = exc
-            with contextlib.suppress(TypeError):
-                done[req] = known
-        out.append(known)
-    return out
+            prepared = _prepare(req)
+        except ModelError as exc:
+            out[i] = exc
+            continue
+        if isinstance(prepared, Sizing):
+            out[i] = prepared
+            continue
+        key, total, cost = prepared
+        try:
+            groups.setdefault(key, []).append(_Pending(i, req, total, cost))
+        except TypeError:
+            loose.append(_Pending(i, req, total, cost))
+    for key, members in groups.items():
+        _size_group(key, members, out)
+    for member in loose:
+        _size_group(None, [member], out)
+    return [o for o in out if o is not None]
+
+
+def _size_group(key: _TailKey | None, members: Sequence[_Pending], out: list[SizingOutcome | None]) -> None:
+    """The sizings of the requests of one server (see :func:`size_tail_allocations`), into ``out``."""
+    try:
+        model, size = _sized(key) if key is not None else _sized_once(members[0].request)
+    except (InfeasibleError, ModelError) as exc:
+        for m in members:
+            out[m.at] = type(exc)(*exc.args)
+        return
+    rate_star = size.prediction.rate  # no blocking: the throughput is the arrival rate
+    targets = TailTargets.from_slo(members[0].request.slo)
+    placed: list[tuple[_Pending, int, float]] = []
+    for m in members:
+        needed = m.total / rate_star
+        if not needed <= 1_000_000:
+            out[m.at] = InfeasibleError(f"the load of {m.total:.4g} req/s needs {needed:.3g} replicas")
+            continue
+        replicas = max(math.ceil(needed), m.request.min_replicas, 1)
+        placed.append((m, replicas, model._check_rate(min(m.total / replicas, model.rate_range[1]))))
+    if not placed:
+        return
+    rates = np.array(sorted({r for _, _, r in placed}))
+    at = dict(zip(rates.tolist(), model._predict(rates / 1000.0, targets), strict=True))
+    for m, replicas, rate in placed:
+        prediction = at[rate]
+        out[m.at] = Sizing(
+            accelerator=m.request.accelerator,
+            replicas=replicas,
+            max_batch=m.request.max_batch_size,
+            cost=m.per_replica_cost * replicas,
+            itl=prediction.itl,
+            ttft=prediction.ttft,
+            rho=prediction.rho,
+            max_rate_per_replica=rate_star,
+        )
+
+
+def _sized_once(req: TailSizingRequest) -> tuple[TailModel, TailSize]:
+    """A server whose inputs cannot be remembered (unhashable): sized as given."""
+    lengths = req.lengths or RequestLengths.from_means(req.load.avg_input_tokens, req.load.avg_output_tokens)
+    model = TailModel(
+        req.parms, req.max_batch_size, lengths, req.burstiness, kv_cache_tokens=req.kv_cache_tokens
+    )
+    return model, model.max_rate(TailTargets.from_slo(req.slo), tps=req.slo.tps)

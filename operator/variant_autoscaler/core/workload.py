@@ -3,7 +3,11 @@
 * :class:`TokenLengths`: the distribution of prompt or output tokens per request, as a piecewise-linear
   CDF (the way Prometheus' ``histogram_quantile`` reads a histogram); :class:`RequestLengths` pairs them.
 * :class:`Burstiness`: the index of dispersion of arrival counts over a few window lengths;
-  :func:`index_of_dispersion` computes it from counts, :func:`burstiness_from_times` from arrival times.
+  :func:`index_of_dispersion` computes it from counts, :func:`burstiness_from_times` from arrival times,
+  :func:`burstiness_from_counter` from the samples of a cumulative counter (as Prometheus scrapes one).
+* :class:`Workload`: both, for one model, as the planner hands them to the candidate builder; its
+  :meth:`Workload.rounded` form reads them to about 2 %, so that a plan can reuse the sizings of the
+  previous cycle (the tail sizing is memoised on exact inputs).
 
 All are small frozen values with a JSON form, so the operator can persist and report them. Pure: no I/O.
 """
@@ -27,6 +31,8 @@ __all__ = [
     "Burstiness",
     "RequestLengths",
     "TokenLengths",
+    "Workload",
+    "burstiness_from_counter",
     "burstiness_from_times",
     "index_of_dispersion",
 ]
@@ -38,9 +44,27 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_LEVELS: tuple[float, ...] = (
     0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0,
 )  # fmt: skip
+#: Where :meth:`TokenLengths.rounded` reads a distribution: every 5 % up to 0.9, then denser in the tail
+#: (the chords of a finer CDF between fewer levels would over-state its upper percentiles).
+ROUND_LEVELS: tuple[float, ...] = (
+    *(k / 20 for k in range(18)),
+    0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.975, 0.98, 0.985, 0.99, 0.9925, 0.995, 0.9975, 0.999, 0.9995, 1.0,
+)  # fmt: skip
 #: IDC values are clipped to this range: below, counts would be nearly deterministic; above, the
 #: stationary model means little (a forecast should carry such swings, not the queue).
 IDC_RANGE = (0.05, 1000.0)
+#: The relative grid on which :meth:`Workload.rounded` reads lengths, rates and indices of dispersion.
+ROUND_STEP = 0.02
+
+
+def _round_log(values: FloatArray, step: float) -> FloatArray:
+    """``values`` (>= 0) rounded to the nearest point of the grid ``(1 + step)^k`` (0 stays 0); monotone,
+    so increasing values stay in order."""
+    v = np.asarray(values, dtype=float)
+    base = math.log1p(step)
+    with np.errstate(divide="ignore"):
+        out = np.where(v > 0, np.exp(np.round(np.log(np.maximum(v, 1e-300)) / base) * base), 0.0)
+    return out
 
 
 def _number(name: str, value: object, minimum: float = 0.0) -> float:
@@ -50,6 +74,61 @@ def _number(name: str, value: object, minimum: float = 0.0) -> float:
 
 
 # ---- request lengths ------------------------------------------------------------------------------
+
+
+#: Knots per bucket of a smoothed histogram (:meth:`TokenLengths.from_histogram`).
+_SUB_KNOTS = 8
+
+
+def _smoothed(edges: Sequence[float], levels: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Knots of a CDF whose density is log-linear within each bucket ``(edges[k], edges[k+1]]`` (mass
+    ``levels[k+1] - levels[k]``) and, at a bound, the geometric mean of its two buckets' average
+    densities; a bucket beside an empty one or beside the ends is flat on that side."""
+    n = len(edges) - 1
+    widths = [edges[k + 1] - edges[k] for k in range(n)]
+    masses = [levels[k + 1] - levels[k] for k in range(n)]
+    dens = [m / w if w > 0 else 0.0 for m, w in zip(masses, widths, strict=True)]
+    values, knots = [edges[0]], [levels[0]]
+    for k in range(n):
+        a, w, m = edges[k], widths[k], masses[k]
+        if w <= 0 or m <= 0:
+            values.append(edges[k + 1])
+            knots.append(levels[k + 1])
+            continue
+        d = dens[k]
+        left = math.sqrt(d * dens[k - 1]) if k > 0 and dens[k - 1] > 0 else d
+        right = math.sqrt(d * dens[k + 1]) if k + 1 < n and dens[k + 1] > 0 else d
+        rate = math.log(left / right) / w  # the density falls (rate > 0) or rises along the bucket
+        for j in range(1, _SUB_KNOTS + 1):
+            u = j / _SUB_KNOTS
+            flat = abs(rate * w) < 1e-9
+            x = a + u * w if flat else a - math.log1p(-u * -math.expm1(-rate * w)) / rate
+            values.append(min(max(x, values[-1]), edges[k + 1]))
+            knots.append(levels[k] + u * m)
+        values[-1] = edges[k + 1]
+    return values, knots
+
+
+def _fit_top(values: list[float], knots: list[float], low: float, mean: float) -> list[float]:
+    """The knots of the top bucket ``(low, values[-1]]`` squeezed towards its lower or its upper end so
+    that the mean is ``mean``, when the data end inside that bucket (its upper bound is only a bound)."""
+    top = values[-1]
+    start = next(i for i, v in enumerate(values) if v >= low)
+    rest = sum((knots[k + 1] - knots[k]) * (values[k] + values[k + 1]) / 2.0 for k in range(start))
+    inside = sum(
+        (knots[k + 1] - knots[k]) * (values[k] + values[k + 1]) / 2.0 for k in range(start, len(values) - 1)
+    )
+    mass = knots[-1] - knots[start]
+    if mass <= 0 or top <= low:
+        return values
+    want = (mean - rest) / mass  # the mean the top bucket must have
+    have = inside / mass
+    if want < have:  # squeezed about low: low + s·(have − low) = want
+        s = min(max((want - low) / (have - low), 0.05), 1.0)
+        return [*values[:start], *(low + s * (v - low) for v in values[start:])]
+    # About top: top − s·(top − have) = want.
+    s = min(max((top - want) / (top - have), 0.05), 1.0) if top > have else 1.0
+    return [*values[:start], *(top - s * (top - v) for v in values[start:])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,39 +191,60 @@ class TokenLengths:
 
     @classmethod
     def from_histogram(
-        cls, bounds: Sequence[float], cumulative: Sequence[float], *, mean: float | None = None
+        cls,
+        bounds: Sequence[float],
+        cumulative: Sequence[float],
+        *,
+        mean: float | None = None,
+        smooth: bool = False,
     ) -> TokenLengths:
         """From a Prometheus histogram: bucket upper bounds (``le``, the last may be ``+Inf``) and the
         cumulative counts. The ``+Inf`` bucket's upper end is set so that the mean matches ``mean``
-        (the histogram's ``_sum / _count``) when given, else twice the last finite bound."""
+        (the histogram's ``_sum / _count``) when given, else twice the last finite bound.
+
+        Within a bucket the mass is spread uniformly (as ``histogram_quantile`` does), or with
+        ``smooth`` along a density that is log-linear within each bucket and continuous across buckets
+        (its value at a bound the geometric mean of the two buckets' average densities): vLLM's 1-2-5
+        buckets are so wide that spreading the upper buckets uniformly puts a prompt-length
+        distribution's upper percentiles a quarter too high, and the tail model sizes on them.
+        """
         pairs = sorted(zip((float(b) for b in bounds), (float(c) for c in cumulative), strict=True))
         if not pairs or pairs[-1][1] <= 0:
             raise ModelError("the histogram is empty")
         total = pairs[-1][1]
-        values, levels = [0.0], [0.0]
+        edges, levels = [0.0], [0.0]  # the buckets with mass: (edges[k], edges[k+1]] holds levels' step
+        inf_level: float | None = None
         for bound, count in pairs:
             level = min(count / total, 1.0)
             if level <= levels[-1]:
+                if levels[-1] == 0.0 and not math.isinf(bound):
+                    edges[0] = bound  # below the first bucket with mass there is none (histogram_quantile)
                 continue
-            upper = bound
             if math.isinf(bound):
-                last = values[-1]
-                top = 2.0 * last if last > 0 else 1.0
-                if mean is not None and mean > 0:
-                    # mean = Σ_segments ΔF·(v_k + v_{k+1})/2: solve for the last segment's upper end.
-                    known = sum(
-                        (levels[k + 1] - levels[k]) * (values[k] + values[k + 1]) / 2.0
-                        for k in range(len(values) - 1)
-                    )
-                    share = level - levels[-1]
-                    top = max(last, 2.0 * (mean - known) / share - last)
-                upper = top
-            values.append(max(upper, values[-1]))
+                inf_level = level
+                break
+            edges.append(max(bound, edges[-1]))
             levels.append(level)
-        levels[-1] = 1.0  # counts that shrank between reads must not leave the CDF short of 1
+        values, knots = _smoothed(edges, levels) if smooth else (list(edges), list(levels))
+        if smooth and inf_level is None and mean is not None and mean > 0 and len(edges) >= 2:
+            values = _fit_top(values, knots, edges[-2], mean)
+        if inf_level is not None:
+            last = values[-1]
+            top = 2.0 * last if last > 0 else 1.0
+            if mean is not None and mean > 0:
+                # mean = Σ_segments ΔF·(v_k + v_{k+1})/2: solve for the last segment's upper end.
+                known = sum(
+                    (knots[k + 1] - knots[k]) * (values[k] + values[k + 1]) / 2.0
+                    for k in range(len(values) - 1)
+                )
+                share = inf_level - knots[-1]
+                top = max(last, 2.0 * (mean - known) / share - last)
+            values.append(max(top, last))
+            knots.append(inf_level)
+        knots[-1] = 1.0  # counts that shrank between reads must not leave the CDF short of 1
         if len(values) < 2:
             raise ModelError("the histogram has no mass")
-        return cls(tuple(values), tuple(levels))
+        return cls(tuple(values), tuple(knots))
 
     def to_json(self) -> dict[str, list[float]]:
         return {"values": list(self.values), "levels": list(self.levels)}
@@ -178,6 +278,13 @@ class TokenLengths:
     def quantile(self, level: float) -> float:
         return float(np.interp(level, self.levels, self.values))
 
+    def rounded(self, step: float = ROUND_STEP) -> TokenLengths:
+        """The distribution read at :data:`ROUND_LEVELS`, each value rounded to a grid of relative
+        ``step`` (2 %): the same distribution for the model to within ``step``, and the same value from one
+        cycle to the next while the traffic does not change (so memoised sizings are reused)."""
+        values = np.interp(np.array(ROUND_LEVELS), self.levels, self.values)
+        return TokenLengths(tuple(_round_log(values, step).tolist()), ROUND_LEVELS)
+
     def knots(self) -> tuple[FloatArray, FloatArray]:
         """``(values, levels)`` with values made strictly increasing (a point mass becomes a segment a
         few ulps wide), as interpolation needs."""
@@ -201,12 +308,18 @@ class RequestLengths:
         exponential service times), which errs on the safe side for most real length distributions."""
         return cls(TokenLengths.exponential(avg_input), TokenLengths.exponential(max(avg_output, 1.0)))
 
+    def rounded(self, step: float = ROUND_STEP) -> RequestLengths:
+        return RequestLengths(self.input.rounded(step), self.output.rounded(step))
+
     def to_json(self) -> dict[str, Any]:
         return {"input": self.input.to_json(), "output": self.output.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RequestLengths:
-        return cls(TokenLengths.from_json(data["input"]), TokenLengths.from_json(data["output"]))
+        try:
+            return cls(TokenLengths.from_json(data["input"]), TokenLengths.from_json(data["output"]))
+        except (KeyError, TypeError) as exc:
+            raise ModelError(f"not request lengths: {exc}") from None
 
 
 # ---- burstiness -------------------------------------------------------------------------------------
@@ -281,6 +394,16 @@ class Burstiness:
         share = max(rate, 0.0) / self.rate
         return Burstiness(self.windows_s, tuple(1.0 + share * (v - 1.0) for v in self.idc), rate)
 
+    def rounded(self, step: float = ROUND_STEP) -> Burstiness:
+        """The same burstiness to within ``step`` for the rate and ``2.5 × step`` for the indices (an
+        index of dispersion read from ten minutes of counts is no more precise than that; 1 stays 1):
+        see :meth:`Workload.rounded`."""
+        if not self.windows_s:
+            return self
+        idc = _round_log(np.array(self.idc), 2.5 * step)
+        rate = float(_round_log(np.array([self.rate]), step)[0])
+        return Burstiness(self.windows_s, tuple(float(f"{v:.6g}") for v in idc), float(f"{rate:.6g}"))
+
     def to_json(self) -> dict[str, Any]:
         return {"windows_s": list(self.windows_s), "idc": list(self.idc), "rate": self.rate}
 
@@ -317,3 +440,72 @@ def burstiness_from_times(
         windows.append(float(w))
         values.append(index_of_dispersion(counts.astype(float), detrend=detrend))
     return Burstiness(tuple(windows), tuple(values), (t.size - 1) / span if span > 0 else 0.0)
+
+
+def burstiness_from_counter(
+    times_s: Sequence[float] | FloatArray,
+    values: Sequence[float] | FloatArray,
+    windows_s: Sequence[float],
+    *,
+    lookback_s: float,
+) -> Burstiness:
+    """The burstiness a Prometheus server computes from the samples of a cumulative request counter
+    (:mod:`variant_autoscaler.adapters.burstiness`' queries): for each window ``w``, the increases over
+    ``w`` read every ``w`` over the last ``lookback_s`` seconds, their index of dispersion from successive
+    differences, and the rate over the look-back. ``times_s`` ascending (the scrape times), ``values`` the
+    counter there. A window is left out when fewer than four increases fit in the look-back or the
+    samples are too sparse to read it."""
+    t = np.asarray(times_s, dtype=float)
+    c = np.asarray(values, dtype=float)
+    if t.size < 2 or t.size != c.size:
+        return Burstiness()
+    end = float(t[-1])
+    start = end - lookback_s
+    first = int(np.searchsorted(t, start))
+    if first >= t.size - 1:
+        return Burstiness()
+    span = end - float(t[first])
+    rate = (float(c[-1]) - float(c[first])) / span if span > 0 else 0.0
+    windows, idcs = [], []
+    for w in windows_s:
+        k = int(lookback_s // w)
+        if not w > 0 or k < 4:
+            continue
+        # Read the counter at end, end - w, ..., end - k·w: the last sample at or before each point.
+        points = end - w * np.arange(k, -1, -1, dtype=float)
+        idx = np.searchsorted(t, points, side="right") - 1
+        if idx[0] < 0 or len(np.unique(idx)) < len(idx):
+            continue  # a window shorter than the scrape interval, or samples missing in the look-back
+        counts = np.diff(c[idx])
+        windows.append(float(w))
+        idcs.append(index_of_dispersion(np.maximum(counts, 0.0)))
+    return Burstiness(tuple(windows), tuple(idcs), max(rate, 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model's requests as the tail model reads them beyond their rate and mean lengths: the length
+    distribution and the arrival burstiness, each None when unknown (then the tail model assumes
+    exponential lengths with the load's means, and Poisson arrivals); and how its servers prefill a
+    prompt: ``chunked_prefill`` (vLLM V1: inside one step beside the running decodes) or not (WVA's
+    accounting: at the pace of the whole batch)."""
+
+    lengths: RequestLengths | None = None
+    burstiness: Burstiness | None = None
+    chunked_prefill: bool = False
+
+    def rounded(self, step: float = ROUND_STEP) -> Workload:
+        """Lengths and burstiness on a grid of relative ``step``: what the planner sizes with, so that a
+        cycle whose traffic did not change reuses the previous cycle's sizings."""
+        return Workload(
+            self.lengths.rounded(step) if self.lengths is not None else None,
+            self.burstiness.rounded(step) if self.burstiness is not None else None,
+            self.chunked_prefill,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lengths": self.lengths.to_json() if self.lengths is not None else None,
+            "burstiness": self.burstiness.to_json() if self.burstiness is not None else None,
+            "chunkedPrefill": self.chunked_prefill,
+        }

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from variant_autoscaler.adapters import inventory as inv
+from variant_autoscaler.adapters.burstiness import collect_tail_inputs
 from variant_autoscaler.adapters.exporter import Exporter, VariantGauges
 from variant_autoscaler.adapters.kube import (
     KubeClient,
@@ -53,7 +54,9 @@ from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.core.decision import decide, report, report_invalid
 from variant_autoscaler.core.model import AcceleratorType
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.engine.actuate import Actuator
+from variant_autoscaler.engine.ahead import BurstGuard, ForecastBook, ahead_inputs, states_shares
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.learning import ProfileLearner
@@ -185,6 +188,15 @@ class Engine:
             leading=self._leading,
             trigger=self.trigger,
         )
+        # Ahead of the load (classes with attainment targets): the forecasts, and the burst guard's loop.
+        self.forecasts = ForecastBook()
+        self.guard = BurstGuard(
+            patch=self.actuator.patch_replicas,
+            collector=lambda: self._collector,
+            leading=self._leading,
+            clock=self._clock,
+            on_scale=self._guard_scaled,
+        )
 
     def _leading(self) -> bool:
         return self.leader.is_leader()  # looked up each time: the leader may be replaced (tests do)
@@ -243,14 +255,21 @@ class Engine:
 
     async def run_forever(self) -> None:
         """Run cycles until cancelled: at once, then every interval or soon after a change (and the
-        scale-from-zero loop beside them)."""
+        scale-from-zero loop and the burst guard's loop beside them)."""
         waker = asyncio.create_task(self.zero.run(), name="variant-autoscaler scale from zero")
+        guarding = asyncio.create_task(self.guard.run(), name="variant-autoscaler burst guard")
         try:
             await self._cycles()
         finally:
             waker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waker
+            await self.guard.aclose(guarding)
+
+    def _guard_scaled(self, key: VariantKey, replicas: int, reason: str) -> None:
+        self.exporter.scalings.labels(
+            variant_name=key[1], namespace=key[0], direction="up", reason="guard"
+        ).inc()
 
     async def _cycles(self) -> None:
         next_due = time.monotonic()
@@ -370,7 +389,7 @@ class Engine:
         # profile learning's pod windows): independent reads, made at the same time.
         _, (snapshot, metrics_error), (windows, _) = await asyncio.gather(
             self._read_targets(everything),
-            self._collect(cfg, started_wall, self._retentions(everything, cycle)),
+            self._collect(cfg, started_wall, self._retentions(everything, cycle), tail=states_shares(cycle)),
             self.learning.collect(
                 lambda: self._collector_for(cfg.prometheus), started_wall.timestamp(), cfg.interval_seconds
             ),
@@ -382,10 +401,11 @@ class Engine:
         self.exporter.promql_queries.inc(queries)
         self.exporter.promql_queries_last_cycle.set(queries)
 
-        # 4. Plan.
+        # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
         assign_pods(everything, snapshot)
         self.learning.apply(everything, windows, started_wall, cycle.listed)
-        self._plan_variants(everything, snapshot, cycle)
+        ahead = self.forecasts.forecast(contexts, snapshot, cfg, started_wall)
+        self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
 
         # 5. Policy, actuation, status and Events, per variant.
@@ -411,6 +431,7 @@ class Engine:
             )  # fmt: skip
         await self.learning.persist(annotated, started_wall, cfg.status_refresh_seconds)
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
+        self._arm_guard(contexts, outcomes, outcome, cfg)
 
         # 6. Exported gauges, cycle metrics.
         self.exporter.decisions.replace(self._gauges)
@@ -447,20 +468,41 @@ class Engine:
     # --- cycle steps --------------------------------------------------------------------------------
 
     async def _collect(
-        self, cfg: MainConfig, now: datetime, retentions: Sequence[float] = ()
+        self, cfg: MainConfig, now: datetime, retentions: Sequence[float] = (), *, tail: bool = False
     ) -> tuple[MetricsSnapshot | None, str | None]:
-        """The cycle's metrics, or why there are none."""
+        """The cycle's metrics, or why there are none; with ``tail`` (some class states attainment
+        targets) also every model's burstiness and request lengths (a fixed set of queries more)."""
         try:
             collector = await self._collector_for(cfg.prometheus)
-            snapshot = await collector.collect(
-                now=now.timestamp(),
-                window_seconds=cfg.metrics_window_seconds,
-                staleness_seconds=cfg.metrics_staleness_seconds,
-                drain_seconds=cfg.queue_drain_seconds,
-                retention_periods=retentions,
+            snapshot, inputs = await asyncio.gather(
+                collector.collect(
+                    now=now.timestamp(),
+                    window_seconds=cfg.metrics_window_seconds,
+                    staleness_seconds=cfg.metrics_staleness_seconds,
+                    drain_seconds=cfg.queue_drain_seconds,
+                    retention_periods=retentions,
+                ),
+                collect_tail_inputs(collector.client, counter=cfg.burstiness_counter)
+                if tail
+                else asyncio.sleep(0, {}),
+                return_exceptions=True,
             )
-        except (CollectionError, ConfigError) as exc:
+        except ConfigError as exc:
             return None, str(exc)
+        if isinstance(snapshot, BaseException):
+            if isinstance(snapshot, CollectionError | ConfigError):
+                return None, str(snapshot)
+            raise snapshot
+        if isinstance(inputs, CollectionError):
+            # The tail model then assumes exponential lengths and Poisson arrivals: no reason to stop.
+            logger.warning("burstiness and request lengths not read this cycle: %s", inputs)
+        elif isinstance(inputs, BaseException):
+            raise inputs
+        elif inputs:
+            snapshot = replace(
+                snapshot,
+                workloads={key: Workload(t.lengths, t.burstiness) for key, t in inputs.items()},
+            )
         return snapshot, None
 
     @staticmethod
@@ -476,7 +518,11 @@ class Engine:
         return sorted(periods)
 
     def _plan_variants(
-        self, contexts: Sequence[VariantContext], snapshot: MetricsSnapshot | None, cycle: CycleConfig
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cycle: CycleConfig,
+        ahead: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         """Each variant's planner input; a model's variants share its saturation analyzers (V2 when all
         of them are annotated objects, V1 otherwise, unless the saturation ConfigMap names them)."""
@@ -495,6 +541,7 @@ class Engine:
                     cycle,
                     analyzers=analyzers,
                     woken=self.zero.woken_within(ctx.key, retention),
+                    ahead=ahead,
                 )
 
     async def _read_targets(self, contexts: Sequence[VariantContext]) -> None:
@@ -611,6 +658,7 @@ class Engine:
             optimizer=optimizer,
             capacity=capacity,
             saturation_floor=cfg.saturation_floor,
+            chunked_prefill=cfg.chunked_prefill,
         )
         started = time.monotonic()
         try:
@@ -674,6 +722,28 @@ class Engine:
             logger.error("variant %s/%s: %s", ctx.key[0], ctx.key[1], exc)
             return VariantOutcome(key=ctx.key, written=False, error=str(exc))
 
+    def _arm_guard(
+        self,
+        contexts: Sequence[VariantContext],
+        outcomes: Sequence[VariantOutcome],
+        outcome: PlanOutcome,
+        cfg: MainConfig,
+    ) -> None:
+        """Hand the guard this cycle's variants, at the replicas the cycle decided."""
+        decided = {o.key: o.decision for o in outcomes}
+        armed = []
+        for c in contexts:
+            if c.va is None or c.target is None:
+                continue
+            target = c.target
+            replicas = decided.get(c.key)
+            if replicas is not None and replicas != target.spec_replicas:
+                target = replace(target, spec_replicas=replicas)
+            armed.append(
+                (c.key, c.va.spec.model_id, target, c.va.spec.max_replicas, actuation_mode(c.va, cfg))
+            )
+        self.guard.arm(cfg, outcome, armed)
+
     async def _reconcile_one(
         self,
         ctx: VariantContext,
@@ -694,6 +764,8 @@ class Engine:
             metrics_error=metrics_error,
             now=now,
         )
+        if ctx.va is not None and ctx.key in outcome.ahead:
+            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs)
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)

@@ -232,12 +232,14 @@ def plan_variant(
     *,
     analyzers: tuple[AnalyzerConfig, ...] = (),
     woken: bool = False,
+    ahead: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
     """The planner's view of the variant (``ctx.planned``), once its target is read.
 
     ``analyzers``: the saturation analyzers of its model; ``woken``: scaled from zero within its
-    retention period (not idle, whatever the counter says). Its profiles are ``ctx.profiles`` when the
-    profile learning chose them (engine/learning.py), the spec's otherwise."""
+    retention period (not idle, whatever the counter says); ``ahead``: the demand forecasts by (model,
+    namespace), req/min. Its profiles are ``ctx.profiles`` when the profile learning chose them
+    (engine/learning.py), the spec's otherwise."""
     if ctx.invalid or ctx.target is None or (ctx.va is None and ctx.annotated is None):
         return
     model, namespace, cfg = ctx.model_id or "", ctx.key[0], cycle.main
@@ -287,6 +289,8 @@ def plan_variant(
             load=load,
             config=cfg,
             profiles=ctx.profiles,
+            workload=snapshot.workload(model, namespace) if snapshot is not None else None,
+            ahead_rpm=(ahead or {}).get((model, namespace)),
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"

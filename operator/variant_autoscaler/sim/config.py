@@ -107,8 +107,18 @@ class _ClassEntry(BaseModel):
     model: str = Field(min_length=1)
     slo_tpot: float = Field(alias="slo-tpot", gt=0)
     slo_ttft: float = Field(alias="slo-ttft", gt=0)
-    # Ours: slo-ttft bounds this percentile of TTFT (0: the mean, as WVA).
+    # Ours: slo-ttft bounds this percentile of TTFT (0: the mean, as WVA); slo-tpot likewise; and the
+    # share of requests within both. Each a percentage ("99" or "99%").
     slo_ttft_percentile: float = Field(0.0, alias="slo-ttft-percentile", ge=0, lt=100)
+    slo_tpot_percentile: float = Field(0.0, alias="slo-tpot-percentile", ge=0, lt=100)
+    slo_attainment: float = Field(0.0, alias="slo-attainment", ge=0, lt=100)
+
+    @field_validator("slo_ttft_percentile", "slo_tpot_percentile", "slo_attainment", mode="before")
+    @classmethod
+    def _percent(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return value.strip()[:-1]
+        return value
 
 
 class _Class(_Strict):
@@ -443,6 +453,8 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
                 slo_ttft_ms=entry.slo_ttft,
                 slo_itl_ms=entry.slo_tpot,
                 slo_ttft_percentile=entry.slo_ttft_percentile,
+                slo_itl_percentile=entry.slo_tpot_percentile,
+                slo_attainment=entry.slo_attainment,
                 profiles=tuple(profiles),
                 traffic=traffic,
                 startup_s=m.startup,

@@ -14,10 +14,17 @@ the GPU inventory — and hands it to :class:`~variant_autoscaler.planner.Optimi
   policy, load = the operator collector's demand (completions plus the waiting queue's growth and
   backlog), variants of one model share its load (``shareModelLoad``), then the operator's replica
   policy (:func:`variant_autoscaler.core.policy.apply_policy`: bounds, scale-down stabilisation,
-  no scale-up while earlier replicas are still starting), as in patch mode.
+  no scale-up while earlier replicas are still starting), as in patch mode. For a model whose class
+  states attainment targets, as the operator does: tail sizing with the burstiness and lengths read
+  over the last ten minutes (:meth:`~variant_autoscaler.sim.observe.ModelView.workload`), the demand
+  forecast's upper quantile over "start-up + one interval" (:mod:`variant_autoscaler.core.forecast`),
+  and the burst guard every scrape (:mod:`variant_autoscaler.core.guard`), which bypasses the
+  starting-replicas rule because it counts them as supply. ``sizing``, ``forecast`` and ``guard``
+  override these per policy (the ablation).
 * **oracle**: every ``interval_s``, limited mode fed with the *actual* load of the coming interval
-  (the requests that will arrive in it), replicas ready at once; no stabilisation. The cheapest
-  allocation that the model says meets the SLO with perfect foresight: the lower bound on cost.
+  (the rate of its busiest 30 s, and for attainment classes the burstiness and lengths of the
+  requests around it), replicas ready at once; no stabilisation. The cheapest allocation that the
+  model says meets the SLO with perfect foresight: the lower bound on cost.
 * **static**: the oracle's planner once, at each model's peak 5-minute load, held all run.
 """
 
@@ -41,8 +48,19 @@ from variant_autoscaler.api.configmaps import (
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.demand import demand_rate
+from variant_autoscaler.core.forecast import ForecastConfig, ForecastState
+from variant_autoscaler.core.forecast import forecast as forecast_rate
+from variant_autoscaler.core.forecast import update as update_forecast
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy
+from variant_autoscaler.core.workload import (
+    Burstiness,
+    RequestLengths,
+    TokenLengths,
+    Workload,
+    burstiness_from_times,
+)
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
     ObservedLoad,
@@ -61,9 +79,12 @@ from variant_autoscaler.sim.traffic import Arrivals
 
 __all__ = [
     "NAMESPACE",
+    "ForecastMode",
     "OptimizerPolicy",
     "OraclePolicy",
     "PlanInputs",
+    "Sizing",
+    "future_workloads",
     "ours_policy",
     "peak_allocation",
     "wva_policy",
@@ -73,8 +94,20 @@ NAMESPACE = "sim"
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)  # simulated t = 0 as a wall-clock time for the replica policy
 PEAK_WINDOW_S = 300.0
 TREND_WINDOW_S = 300.0
+#: The oracle plans each interval for the rate of its busiest stretch of this length (min-gpus' rule).
+ORACLE_PEAK_S = 30.0
+#: Arrivals around an interval from which the oracle reads burstiness and lengths (min-gpus' context).
+ORACLE_CONTEXT_S = 300.0
+#: Windows (s) of the oracle's burstiness (min-gpus' BURST_WINDOWS).
+ORACLE_BURST_WINDOWS = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 LoadSource = Literal["wva", "ours"]
+#: ``tail``: the classes as stated (attainment targets sized by the tail model); ``mean``: their share
+#: targets dropped, the same TTFT and ITL read as means (WVA's meaning).
+Sizing = Literal["tail", "mean"]
+#: What the planner is told of the load to come: the observed demand (``none``), at least Holt's point
+#: forecast of the horizon's peak (``point``), or at least its upper quantile (``quantile``).
+ForecastMode = Literal["none", "point", "quantile"]
 
 
 def _at(t: float) -> datetime:
@@ -107,13 +140,17 @@ def plan_inputs(
     wva_bounds: bool,
     saturation_policy: str = "PriorityExhaustive",
     slo_scale: float = 1.0,
+    sizing: Sizing = "tail",
+    planning_attainment: float | None = None,
 ) -> PlanInputs:
     """Build the VariantAutoscalings and ConfigMap data of a scenario.
 
     Each VA lists only its own accelerator's profile: a variant is a Deployment on one accelerator
     type, so it keeps its accelerator; a model changes accelerator by shifting load between its
     variants (``shareModelLoad``). With ``wva_bounds`` (WVA's policy) the VAs carry no min/max (WVA's
-    minimum 1) and the classes no TTFT percentile (WVA sizes for the mean).
+    minimum 1) and the classes no TTFT percentile (WVA sizes for the mean). ``sizing="mean"`` drops the
+    share targets (percentiles, attainment) from the classes as well; ``planning_attainment`` replaces
+    the attainment of the classes that state one (the checked oracle's knob).
     ``slo_scale < 1`` plans against tighter SLOs than the ones requests are judged by (headroom).
     """
     if not 0 < slo_scale <= 1:
@@ -166,10 +203,23 @@ def plan_inputs(
                 "model": m.model_id,
                 "slo-tpot": _int_ms(m.slo_itl_ms, slo_scale),
                 "slo-ttft": _int_ms(m.slo_ttft_ms, slo_scale),
-                # WVA knows the mean only; our planner honours the class's percentile.
+                # WVA knows the mean only; our planner honours the class's percentiles and attainment.
                 **(
-                    {"slo-ttft-percentile": m.slo_ttft_percentile}
-                    if m.slo_ttft_percentile and not wva_bounds
+                    {
+                        key: value
+                        for key, value in (
+                            ("slo-ttft-percentile", m.slo_ttft_percentile),
+                            ("slo-tpot-percentile", m.slo_itl_percentile),
+                            (
+                                "slo-attainment",
+                                planning_attainment
+                                if planning_attainment is not None and m.slo_attainment
+                                else m.slo_attainment,
+                            ),
+                        )
+                        if value
+                    }
+                    if not wva_bounds and sizing == "tail"
                     else {}
                 ),
             }
@@ -185,9 +235,17 @@ def plan_inputs(
             "SATURATION_POLICY": saturation_policy,
             "WVA_SCALE_TO_ZERO": "false",
             "DEFAULT_ACTUATION_MODE": "metrics" if wva_bounds else "patch",
+            # The replicas' engine says how they prefill: chunked (v1), or at the batch's pace (wva).
+            "CHUNKED_PREFILL": "false" if _batched_prefill(scenario) else "true",
         }
     )
     return PlanInputs(vas=vas, accelerator_costs=costs, service_classes=classes, config=config)
+
+
+def _batched_prefill(scenario: Scenario) -> bool:
+    """Whether the scenario's replicas run the wva engine (prefill at the batch's pace) rather than the
+    V1 one (chunked prefill)."""
+    return all(p.server is None or p.server.engine == "wva" for m in scenario.models for p in m.profiles)
 
 
 def _int_ms(value: float, scale: float) -> int:
@@ -239,19 +297,57 @@ def observed_loads(
     return loads
 
 
-def future_loads(arrivals: Mapping[str, Arrivals], start: float, end: float) -> dict[str, ModelLoad]:
-    """Per model, the load that will actually arrive in ``[start, end)``."""
+def future_loads(
+    arrivals: Mapping[str, Arrivals], start: float, end: float, *, peak_s: float | None = None
+) -> dict[str, ModelLoad]:
+    """Per model, the load that will actually arrive in ``[start, end)``: its mean rate, or with
+    ``peak_s`` the rate of its busiest ``peak_s`` stretch (a rate that changes within the interval is
+    load, not burstiness: min-gpus' rule)."""
     loads: dict[str, ModelLoad] = {}
     span = end - start
     for model, arr in sorted(arrivals.items()):
         win = arr.window(start, end)
         n = len(win)
+        rpm = n * 60.0 / span
+        if peak_s is not None and n and span > peak_s:
+            edges = np.append(np.arange(start, end, peak_s), end)
+            counts = np.diff(np.searchsorted(win.times, edges))
+            rpm = max(rpm, float(np.max(counts / np.diff(edges))) * 60.0)
         loads[model] = ModelLoad(
-            rpm=n * 60.0 / span,
+            rpm=rpm,
             avg_input_tokens=float(np.mean(win.input_tokens)) if n else 0.0,
             avg_output_tokens=float(np.mean(win.output_tokens)) if n else 0.0,
         )
     return loads
+
+
+def future_workloads(
+    arrivals: Mapping[str, Arrivals],
+    start: float,
+    end: float,
+    loads: Mapping[str, ModelLoad],
+    *,
+    context_s: float = ORACLE_CONTEXT_S,
+) -> dict[str, Workload]:
+    """Per model, the burstiness and lengths of the requests around ``[start, end)`` (``context_s``
+    centred on it), the burstiness taken at the rate the interval is planned for (min-gpus' reading)."""
+    out: dict[str, Workload] = {}
+    mid = (start + end) / 2.0
+    for model, arr in arrivals.items():
+        around = arr.window(mid - context_s / 2.0, mid + context_s / 2.0)
+        if len(around) < 2:
+            out[model] = Workload()
+            continue
+        lengths = RequestLengths(
+            TokenLengths.from_samples(around.input_tokens),
+            TokenLengths.from_samples(np.maximum(around.output_tokens, 1)),
+        )
+        bursts = burstiness_from_times(around.times, ORACLE_BURST_WINDOWS)
+        rate = loads[model].rpm / 60.0 if model in loads else bursts.rate
+        out[model] = Workload(
+            lengths, Burstiness(bursts.windows_s, bursts.idc, rate) if bursts.windows_s else None
+        )
+    return out
 
 
 @dataclass(slots=True)
@@ -264,7 +360,13 @@ class _VariantState:
 
 
 class OptimizerPolicy(Policy):
-    """Decide with the operator's planner (see the module doc for WVA and ours)."""
+    """Decide with the operator's planner (see the module doc for WVA and ours).
+
+    ``interval_s`` is the planning interval. ``sizing``, ``forecast`` and ``guard`` (None: as the
+    operator, i.e. on for models whose class states attainment targets) choose what runs; with the
+    guard on for some model the policy is called every ``guard_interval_s`` and plans every
+    ``interval_s``.
+    """
 
     def __init__(
         self,
@@ -282,14 +384,27 @@ class OptimizerPolicy(Policy):
         pending_timeout_s: float | None = None,
         slo_scale: float = 1.0,
         forecast_s: float = 0.0,
+        sizing: Sizing = "tail",
+        forecast: ForecastMode | None = None,
+        guard: bool | None = None,
+        guard_interval_s: float | None = None,
+        forecast_quantile: float = 0.9,
+        workloads: bool = True,
+        planning_attainment: float | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError("a decision interval must be > 0")
         self.name = name
-        self.interval_s = interval_s
+        self.plan_interval_s = interval_s
         self.scenario = scenario
         self.inputs = plan_inputs(
-            scenario, mode=mode, share_load=share_load, wva_bounds=wva_bounds, slo_scale=slo_scale
+            scenario,
+            mode=mode,
+            share_load=share_load,
+            wva_bounds=wva_bounds,
+            slo_scale=slo_scale,
+            sizing=sizing,
+            planning_attainment=planning_attainment,
         )
         # Parsed once: the scenario's ConfigMaps do not change during a run.
         self._accelerators = self.inputs.accelerators
@@ -311,6 +426,39 @@ class OptimizerPolicy(Policy):
             raise ConfigError("forecast_s must be >= 0")
         self.forecast_s = forecast_s
         self._history: dict[str, list[tuple[float, float]]] = {}  # model -> (time, demand rpm)
+        # What the operator does for a class with attainment targets (tail sizing, the forecast's upper
+        # quantile, the guard), unless this policy says otherwise (the ablation).
+        tail = {m.model_id for m in scenario.models if m.tail_slo and sizing == "tail" and not wva_bounds}
+        ahead = {m.model_id for m in scenario.models if m.tail_slo and not wva_bounds}
+        self._workloads = workloads and bool(tail)
+        self._tail_models = frozenset(tail)
+        self._supply_models = frozenset(ahead)
+        # Without an explicit mode the forecast goes to the planner, which plans attainment classes for it
+        # (the operator's path); an explicit mode raises the load itself (the ablation).
+        self._forecast_auto = forecast is None
+        self.forecast_mode: dict[str, ForecastMode] = {
+            m.model_id: forecast if forecast is not None else ("quantile" if m.model_id in ahead else "none")
+            for m in scenario.models
+        }
+        self.guarded = frozenset(
+            m.model_id for m in scenario.models if (guard if guard is not None else m.model_id in ahead)
+        )
+        self._forecast_cfg = {
+            m.model_id: ForecastConfig(
+                interval_s=interval_s, horizon_s=m.startup_s + interval_s, quantile=forecast_quantile
+            )
+            for m in scenario.models
+        }
+        self._forecasts: dict[str, ForecastState] = {m.model_id: ForecastState() for m in scenario.models}
+        self._startup = {m.model_id: m.startup_s for m in scenario.models}
+        tick = guard_interval_s if guard_interval_s is not None else scenario.settings.scrape_interval_s
+        self.interval_s = min(interval_s, tick) if self.guarded else interval_s
+        self._next_plan = interval_s
+        self._rate_per_replica: dict[str, float] = {}
+        self._planned: dict[str, int] = {}
+        self._room: dict[str, int] = {}
+        self._guard_params = GuardParams()
+        self.guard_actions = 0
 
     @property
     def planner(self) -> Planner:
@@ -325,8 +473,14 @@ class OptimizerPolicy(Policy):
         capacity: Mapping[str, int],
         *,
         held: frozenset[str] = frozenset(),
+        workloads: Mapping[str, Workload] | None = None,
+        max_batch: Mapping[str, int] | None = None,
+        ahead: Mapping[str, float] | None = None,
     ) -> PlanOutcome:
-        """One planning call, as the operator makes it; the models in ``held`` have no metrics."""
+        """One planning call, as the operator makes it; the models in ``held`` have no metrics.
+        ``workloads``: per model, its measured burstiness and lengths (tail sizing); ``max_batch``: per
+        variant, the batch its server runs (None: the optimizer may choose); ``ahead``: per model, its
+        demand forecast (req/min), planned for by attainment classes."""
         planned: list[PlannedVariant] = []
         cfg = self.inputs.config
         for var in self.scenario.variants:
@@ -337,11 +491,13 @@ class OptimizerPolicy(Policy):
                     namespace=NAMESPACE,
                     accelerator=var.accelerator,
                     current_replicas=current[var.name],
-                    current_max_batch=None,
+                    current_max_batch=max_batch.get(var.name) if max_batch is not None else None,
                     load=None
                     if var.model in held
                     else ObservedLoad(load.rpm, load.avg_input_tokens, load.avg_output_tokens),
                     config=cfg,
+                    workload=workloads.get(var.model) if workloads is not None else None,
+                    ahead_rpm=ahead.get(var.model) if ahead is not None else None,
                 )
             )
         request = PlanRequest(
@@ -350,6 +506,7 @@ class OptimizerPolicy(Policy):
             classes=self._classes,
             optimizer=optimizer_config(cfg),
             capacity=self._capacity_by_device(capacity) if self.mode == "limited" else None,
+            chunked_prefill=cfg.chunked_prefill,
         )
         outcome = self.planner.plan(request)
         self.last_outcome = outcome
@@ -363,10 +520,30 @@ class OptimizerPolicy(Policy):
         return out
 
     def decide(self, obs: Observation) -> Mapping[str, Action]:
+        actions: dict[str, Action] = {}
+        desired = {name: view.desired for name, view in obs.variants.items()}
+        if obs.now >= self._next_plan - 1e-9:
+            while self._next_plan <= obs.now + 1e-9:
+                self._next_plan += self.plan_interval_s
+            for name, action in self._decide_plan(obs).items():
+                actions[name] = action
+                desired[name] = action.replicas
+        if self.guarded:
+            for name, action in self._guard(obs, desired).items():
+                actions[name] = action
+        return actions
+
+    def _decide_plan(self, obs: Observation) -> dict[str, Action]:
         cfg = self.inputs.config
         loads = observed_loads(obs, self.scenario, self.load_source, cfg.queue_drain_seconds)
         if self.forecast_s > 0:
             loads = self._forecast(obs.now, loads)
+        loads, ahead = self._ahead(loads)
+        workloads = (
+            {m: obs.models[m].workload() for m in self._tail_models if m in obs.models}
+            if self._workloads
+            else None
+        )
         # A model's series exist while some pod of it is scraped (WVA's availability check; the
         # operator's staleness check); with none, the variant is skipped (WVA) or held (ours).
         metrics_ok = {
@@ -376,7 +553,18 @@ class OptimizerPolicy(Policy):
         current = {name: view.desired for name, view in obs.variants.items()}
         # WVA skips a variant without metrics after planning; the operator holds it in the plan.
         held = frozenset(m for m, ok in metrics_ok.items() if not ok) if self.replica_policy else frozenset()
-        outcome = self.plan(loads, current, obs.capacity, held=held)
+        batches = {name: view.max_batch for name, view in obs.variants.items()} if self._tail_models else None
+        outcome = self.plan(
+            loads, current, obs.capacity, held=held, workloads=workloads, max_batch=batches, ahead=ahead
+        )
+        self._room = {key[1]: n for key, n in outcome.room.items()}
+        if outcome.plan is not None:
+            for var in self.scenario.variants:
+                d = outcome.plan.decisions.get(f"{NAMESPACE}/{var.name}")
+                if d is not None and d.rate_per_replica > 0:
+                    self._rate_per_replica[var.name] = d.rate_per_replica
+                if d is not None:
+                    self._planned[var.name] = d.replicas
         actions: dict[str, Action] = {}
         for var in self.scenario.variants:
             view = obs.variants[var.name]
@@ -396,6 +584,81 @@ class OptimizerPolicy(Policy):
             )
             if desired != view.desired:
                 actions[var.name] = Action(replicas=desired)
+        return actions
+
+    def _ahead(self, loads: Mapping[str, ModelLoad]) -> tuple[dict[str, ModelLoad], dict[str, float]]:
+        """Each model's demand and forecast over "start-up + one interval": handed to the planner as
+        the operator does (``ahead``, req/min), or with an explicit mode, the demand raised to it here.
+        The forecaster learns from every observed demand either way."""
+        out: dict[str, ModelLoad] = {}
+        ahead: dict[str, float] = {}
+        for model, load in loads.items():
+            cfg = self._forecast_cfg[model]
+            state = update_forecast(self._forecasts[model], load.rpm / 60.0, cfg)
+            self._forecasts[model] = state
+            mode = self.forecast_mode[model]
+            out[model] = load
+            if mode == "none":
+                continue
+            found = forecast_rate(state, cfg)
+            rate = (found.upper if mode == "quantile" else found.point) * 60.0
+            if self._forecast_auto:
+                ahead[model] = rate
+            else:
+                out[model] = ModelLoad(max(load.rpm, rate), load.avg_input_tokens, load.avg_output_tokens)
+        return out, ahead
+
+    def _guard(self, obs: Observation, desired: Mapping[str, int]) -> dict[str, Action]:
+        """The burst guard on every guarded model (scale-up only; see core/guard.py), from what the
+        operator's one guard query reads: per model, the queue, its growth, the completions and the
+        KV-cache usage of its ready replicas."""
+        actions: dict[str, Action] = {}
+        window = self.scenario.settings.rate_window_s
+        for model in self.scenario.models:
+            if model.model_id not in self.guarded:
+                continue
+            variants = [v for v in self.scenario.variants if v.model == model.model_id]
+            views = [obs.variants[v.name] for v in variants]
+            if not any(v.metrics_ok for v in views):
+                continue
+            ready = sum(v.ready for v in views)
+            decision = guard(
+                GuardInput(
+                    now=obs.now,
+                    completion_rate=sum(v.success_rpm for v in views) / 60.0,
+                    waiting=sum(v.waiting for v in views),
+                    waiting_growth=sum(v.waiting_growth for v in views),
+                    window_s=window,
+                    kv_usage=sum(v.kv_usage * v.ready for v in views) / ready if ready else 0.0,
+                    drain_s=model.startup_s,
+                    variants=tuple(
+                        GuardVariant(
+                            key=var.name,
+                            desired=desired[var.name],
+                            ready=view.ready,
+                            rate_per_replica=self._rate_per_replica.get(var.name),
+                            planned=self._planned.get(var.name, 0),
+                            starting_ready_at=view.starting_ready_at,
+                            max_replicas=self.inputs.vas[var.name].spec.max_replicas,
+                            room=self._room.get(var.name),
+                        )
+                        for var, view in zip(variants, views, strict=True)
+                    ),
+                ),
+                self._guard_params,
+            )
+            for name, replicas in decision.replicas.items():
+                if replicas <= desired[name]:
+                    continue
+                actions[name] = Action(replicas=replicas)
+                self.guard_actions += 1
+                if name in self._room:
+                    self._room[name] = max(0, self._room[name] - (replicas - desired[name]))
+                # The guard's count is a recommendation like the planner's: scale-down stays conservative.
+                state = self._state[name]
+                state.history = (*state.history, Recommendation(time=_at(obs.now), replicas=replicas))
+                state.last_desired = replicas
+                state.last_scale_time = _at(obs.now)
         return actions
 
     def _forecast(self, now: float, loads: Mapping[str, ModelLoad]) -> dict[str, ModelLoad]:
@@ -446,7 +709,9 @@ class OptimizerPolicy(Policy):
                 stabilization_seconds=self.stabilization_s,
                 history=state.history,
                 last_scale_time=state.last_scale_time,
-                pending_timeout_seconds=self.pending_timeout_s,
+                # Attainment classes count starting replicas as supply (the plan covers start-up + one
+                # interval, by which time they serve): no waiting for them before a larger plan.
+                pending_timeout_seconds=0.0 if var.model in self._supply_models else self.pending_timeout_s,
             )
         )
         state.history = decision.history
@@ -456,11 +721,16 @@ class OptimizerPolicy(Policy):
         return decision.replicas
 
 
-def wva_policy(scenario: Scenario, *, planner: Planner | None = None) -> OptimizerPolicy:
-    """WVA as wva.md describes it (unlimited, keep accelerator, 60 s, completion rate, min 1)."""
+def wva_policy(
+    scenario: Scenario, *, planner: Planner | None = None, name: str = "wva-2025", slo_scale: float = 1.0
+) -> OptimizerPolicy:
+    """WVA as wva.md describes it, the 2025 generation (unlimited, keep accelerator, 60 s, completion
+    rate, min 1); ``slo_scale < 1`` plans against tighter SLOs (more capacity, to compare at equal
+    attainment)."""
     return OptimizerPolicy(
         scenario,
-        name="wva",
+        name=name,
+        slo_scale=slo_scale,
         interval_s=60.0,
         mode="unlimited",
         load_source="wva",
@@ -479,11 +749,17 @@ def ours_policy(
     slo_scale: float = 1.0,
     forecast_s: float = 0.0,
     name: str = "ours",
+    sizing: Sizing = "tail",
+    forecast: ForecastMode | None = None,
+    guard: bool | None = None,
 ) -> OptimizerPolicy:
-    """Our operator in patch mode: limited mode, shared model load, demand from the queue, replica policy.
+    """Our operator in patch mode: limited mode, shared model load, demand from the queue, replica policy;
+    for attainment classes tail sizing on the measured workload, the forecast's upper quantile and the
+    burst guard (as the operator's defaults).
 
     ``slo_scale < 1`` and ``forecast_s > 0`` are experiments, not the operator's behaviour: plan
     against SLOs scaled by ``slo_scale``; add the demand's recent rise projected ``forecast_s`` ahead.
+    ``sizing``, ``forecast`` and ``guard`` override the operator's choices (the ablation).
     """
     return OptimizerPolicy(
         scenario,
@@ -497,22 +773,35 @@ def ours_policy(
         replica_policy=True,
         wva_bounds=False,
         planner=planner,
+        sizing=sizing,
+        forecast=forecast,
+        guard=guard,
     )
 
 
 class OraclePolicy(Policy):
-    """Hindsight: plan each interval for the load that will arrive in it, replicas ready at once."""
+    """Hindsight: plan each interval for the load that will arrive in it (its busiest 30 s, and for
+    attainment classes the burstiness and lengths of the requests around it), replicas ready at once.
+
+    ``planning_attainment`` plans the attainment classes for that share instead of their own; the
+    checked oracle (:func:`variant_autoscaler.sim.runner.checked_oracle`) chooses it by simulation."""
 
     ignores_startup = True
 
     def __init__(
-        self, scenario: Scenario, *, interval_s: float = 60.0, planner: Planner | None = None
+        self,
+        scenario: Scenario,
+        *,
+        interval_s: float = 60.0,
+        planner: Planner | None = None,
+        name: str = "oracle",
+        planning_attainment: float | None = None,
     ) -> None:
-        self.name = "oracle"
+        self.name = name
         self.interval_s = interval_s
         self._inner = OptimizerPolicy(
             scenario,
-            name="oracle",
+            name=name,
             interval_s=interval_s,
             mode="limited",
             load_source="ours",
@@ -520,16 +809,25 @@ class OraclePolicy(Policy):
             replica_policy=False,
             wva_bounds=False,
             planner=planner,
+            guard=False,
+            planning_attainment=planning_attainment,
         )
         self.scenario = scenario
         self._arrivals: Mapping[str, Arrivals] = {}
         self._current: dict[str, int] = {v.name: v.initial_replicas for v in scenario.variants}
+        self._tail = {m.model_id for m in scenario.models if m.tail_slo}
 
     def _allocation(
         self, start: float, current: Mapping[str, int], capacity: Mapping[str, int]
     ) -> dict[str, int]:
-        loads = future_loads(self._arrivals, start, min(start + self.interval_s, self.scenario.duration_s))
-        outcome = self._inner.plan(loads, current, capacity)
+        end = min(start + self.interval_s, self.scenario.duration_s)
+        loads = future_loads(self._arrivals, start, end, peak_s=ORACLE_PEAK_S)
+        workloads = (
+            future_workloads({m: a for m, a in self._arrivals.items() if m in self._tail}, start, end, loads)
+            if self._tail
+            else None
+        )
+        outcome = self._inner.plan(loads, current, capacity, workloads=workloads)
         out: dict[str, int] = {}
         for var in self.scenario.variants:
             plan = outcome.decisions.get((NAMESPACE, var.name))

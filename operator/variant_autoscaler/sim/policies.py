@@ -12,6 +12,10 @@ Policies here:
 * :class:`ThresholdPolicy` — the HorizontalPodAutoscaler fed by KEDA with a threshold on
   ``vllm:num_requests_waiting`` or on KV-cache usage, with HPA's tolerance, stabilisation windows and
   scaling-rate limits.
+* :class:`SaturationPolicy` — upstream WVA's later defaults (``../shared/reference/wva-since-2025-10.md``):
+  the saturation analyzers V1 (the default until v0.9, every 60 s) and V2 (token capacity, the
+  default from v0.9, every 15 s) of :mod:`variant_autoscaler.core.saturation`, their number applied as
+  WVA's sample HPA does (no stabilisation).
 * :class:`OptimizerPolicy` — the global optimizer: WVA's unlimited mode (keep accelerator, 60 s, sized
   on the completion rate) or ours (limited mode over the GPU inventory, priorities, load shared
   across a model's variants, the operator's replica policy).
@@ -27,12 +31,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from variant_autoscaler.core.saturation import (
+    ReplicaMetrics,
+    V1Params,
+    V2Params,
+    VariantState,
+    analyze_v1,
+    analyze_v2,
+    combine_analyzers,
+)
 from variant_autoscaler.errors import ConfigError
-from variant_autoscaler.sim.observe import Action, Observation, PolicyContext
+from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.replica import DEFAULT_KV_CACHE_TOKENS
+from variant_autoscaler.sim.scenario import Scenario
 
 __all__ = [
     "HpaSettings",
     "Policy",
+    "SaturationPolicy",
     "StaticPolicy",
     "ThresholdPolicy",
 ]
@@ -181,4 +197,82 @@ class ThresholdPolicy(Policy):
             desired = self.normalize(name=name, now=obs.now, current=current, recommendation=rec)
             if desired != current:
                 actions[name] = Action(replicas=desired)
+        return actions
+
+
+# ------------------------------------------------------------------------------------ saturation
+
+
+class SaturationPolicy(Policy):
+    """Upstream WVA after 2025-10: the saturation analyzer V1 or V2 over each model's variants
+    (:func:`~variant_autoscaler.core.saturation.analyze_v1` / ``analyze_v2``, default thresholds), every
+    ``interval_s`` (V1: 60 s, WVA's interval until v0.9; V2: 15 s, its default from v0.9). The cost of a
+    variant (``variantCost``) is its accelerator's unit cost × the GPUs of a replica; ``minReplicas``
+    and ``maxReplicas`` are the variant's. WVA's sample HPA applies the number as it comes.
+
+    Replica metrics: the simulator scrapes each variant's queue (summed) and KV-cache usage (averaged
+    over its ready replicas); every ready replica is taken to hold the average (least-loaded routing keeps
+    them close), at the last scrape rather than the maximum over the minute WVA reads.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        version: Literal["v1", "v2"],
+        name: str | None = None,
+        v1: V1Params | None = None,
+        v2: V2Params | None = None,
+    ) -> None:
+        self.version = version
+        self.v1 = v1 or V1Params()
+        self.v2 = v2 or V2Params()
+        self.name = name or f"wva-saturation-{version}"
+        self.interval_s = 60.0 if version == "v1" else 15.0
+        self.scenario = scenario
+        models = scenario.model_by_id
+        unit = {a.name: a.unit_cost for a in scenario.accelerators}
+        self._cost: dict[str, float] = {}
+        self._kv: dict[str, float] = {}
+        for v in scenario.variants:
+            prof = models[v.model].profile(v.accelerator)
+            self._cost[v.name] = unit[v.accelerator] * prof.acc_count
+            self._kv[v.name] = float(prof.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS)
+        self._last: dict[str, int] = {}
+
+    def _state(self, view: VariantView, min_replicas: int, max_replicas: int | None) -> VariantState:
+        metrics: tuple[ReplicaMetrics, ...] = ()
+        if view.metrics_ok and view.ready > 0:
+            one = ReplicaMetrics(kv_usage=view.kv_usage, waiting=view.waiting / view.ready)
+            metrics = (one,) * view.ready
+        return VariantState(
+            key=view.name,
+            cost=self._cost[view.name],
+            replicas=view.desired,
+            ready=view.ready,
+            metrics=metrics,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            kv_tokens_per_replica=self._kv[view.name],
+            previous_desired=self._last.get(view.name),
+        )
+
+    def decide(self, obs: Observation) -> Mapping[str, Action]:
+        actions: dict[str, Action] = {}
+        for model in self.scenario.models:
+            variants = [v for v in self.scenario.variants if v.model == model.model_id]
+            states = [self._state(obs.variants[v.name], v.min_replicas, v.max_replicas) for v in variants]
+            if self.version == "v1":
+                verdict = analyze_v1(states, self.v1)
+            else:
+                views = [obs.variants[v.name] for v in variants]
+                served = sum(v.success_rpm for v in views)
+                tokens = sum(v.success_rpm * (v.avg_input_tokens or 0.0) for v in views)
+                verdict = analyze_v2(states, self.v2, avg_input_tokens=tokens / served if served > 0 else 0.0)
+            decisions = combine_analyzers([verdict], {s.key: s.replicas for s in states})
+            for state in states:
+                d = decisions[state.key]
+                self._last[state.key] = d.replicas
+                if d.replicas != state.replicas:
+                    actions[state.key] = Action(replicas=d.replicas)
         return actions

@@ -130,6 +130,7 @@ def summarize(result: RunResult) -> dict[str, Any]:
         block["service_class"] = spec.service_class
         block["priority"] = classes[spec.service_class].priority
         block["slo_ms"] = {"ttft": spec.slo_ttft_ms, "itl": spec.slo_itl_ms}
+        block["slo_attainment"] = spec.slo_attainment
         per_model[model] = block
     ups = sum(result.scale_ups.values())
     downs = sum(result.scale_downs.values())

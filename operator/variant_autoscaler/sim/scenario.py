@@ -181,14 +181,27 @@ class ModelSpec:
     share_load: bool = True
     # The class's slo-ttft-percentile (ours): slo_ttft_ms bounds this percentile; 0 the mean (WVA).
     slo_ttft_percentile: float = 0.0
+    # slo-tpot-percentile: slo_itl_ms bounds this percentile of the per-request mean ITL; 0 the mean.
+    slo_itl_percentile: float = 0.0
+    # slo-attainment: this share (percent) of requests within both targets; 0: none (the mean, WVA).
+    slo_attainment: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.slo_ttft_ms > 0 or not self.slo_itl_ms > 0:
             raise ConfigError(f"model {self.model_id}: SLOs must be > 0 ms")
+        for name in ("slo_ttft_percentile", "slo_itl_percentile", "slo_attainment"):
+            value = getattr(self, name)
+            if not (value == 0.0 or 0.0 < value < 100.0):
+                raise ConfigError(f"model {self.model_id}: {name} must be 0 or in (0, 100), got {value:g}")
         if not self.profiles:
             raise ConfigError(f"model {self.model_id}: needs at least one profile")
         if self.startup_s < 0:
             raise ConfigError(f"model {self.model_id}: startup_s must be >= 0")
+
+    @property
+    def tail_slo(self) -> bool:
+        """Whether the class states its targets as shares of requests (attainment or percentiles)."""
+        return self.slo_attainment > 0 or self.slo_ttft_percentile > 0 or self.slo_itl_percentile > 0
 
     def profile(self, accelerator: str) -> Profile:
         for prof in self.profiles:

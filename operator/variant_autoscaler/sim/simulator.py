@@ -50,7 +50,7 @@ from variant_autoscaler.sim.cluster import (
     merge_arrivals,
     scenario_arrivals,
 )
-from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.observe import Action, ModelView, Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.replica import Completion, ServerFactory
 from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.traffic import Arrivals
@@ -552,6 +552,7 @@ class Simulation:
             pods = self.var_pods[var]
             ready = sum(1 for p in pods if p.state == PodState.READY)
             starting = sum(1 for p in pods if p.state == PodState.STARTING)
+            ready_at = tuple(p.placed + self.startup[var] for p in pods if p.state == PodState.STARTING)
             pending = sum(1 for p in pods if p.state == PodState.PENDING)
             ok = n >= 2 and i0 < i1
             success = arrival = 0.0
@@ -593,6 +594,7 @@ class Simulation:
                 running=running,
                 kv_usage=kv,
                 metrics_ok=ok,
+                starting_ready_at=ready_at,
             )
         capacity: dict[str, int] = {a.name: 0 for a in self.sc.accelerators}
         allocated: dict[str, int] = {a.name: 0 for a in self.sc.accelerators}
@@ -606,6 +608,7 @@ class Simulation:
             capacity=capacity,
             allocated=allocated,
             gateway_waiting={m: len(q) for m, q in zip(self.models, self.gateway, strict=True)},
+            models={m: ModelView.of(m, self.arrivals[m], self.now, self.scrape_t) for m in self.models},
         )
 
     def apply(self, actions: Mapping[str, Action]) -> None:

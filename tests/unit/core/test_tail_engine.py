@@ -73,3 +73,45 @@ def test_predicted_p95_and_p99_ttft_are_within_20_percent(
     for level in (0.95, 0.99):
         predicted = model.ttft_quantile(observed_rate, level)
         assert predicted == pytest.approx(float(np.quantile(measured, level)), rel=0.2), level
+
+
+def _ttft_v1(parms: ServiceParms, batch: int, times: Any, ins: Any, outs: Any, context: int) -> Any:
+    from vllm_emulator.costmodel import from_profile
+    from vllm_emulator.engine_v1 import V1Config, V1Engine
+
+    engine = V1Engine(
+        V1Config(
+            cost=from_profile(parms.alpha, parms.beta, parms.gamma, parms.delta, context_tokens=context),
+            max_num_seqs=batch,
+            max_num_batched_tokens=2048,
+            num_gpu_blocks=(1 << 22) // 16,
+            max_model_len=1 << 16,
+            prefix_hit_ratio=0.0,
+        )
+    )
+    seqs = []
+    for i, t in enumerate(times.tolist()):
+        engine.advance(t)
+        seqs.append(engine.submit(i, int(ins[i]), int(outs[i]), t))
+    engine.advance(math.inf)
+    return np.array([(s.first_token_time - s.arrival_time) * 1000.0 for s in seqs[REQUESTS // 10 :]])
+
+
+@pytest.mark.parametrize("batch", [64, 4])
+def test_with_chunked_prefill_the_model_follows_the_v1_engine(batch: int) -> None:
+    # vLLM V1 prefills a prompt inside one step beside the running decodes: a TTFT of tens of ms where
+    # WVA's accounting (prefill at the whole batch's pace) says a second.
+    rng = np.random.default_rng(7)
+    ins, outs = _lognormal(rng, 512, 1, 4096), _lognormal(rng, 256, 2, 2048)
+    dist = RequestLengths(TokenLengths.from_samples(ins), TokenLengths.from_samples(outs))
+    model = TailModel(A100, batch, dist, chunked_prefill=True)
+    rate = 0.5 * model.rate_range[1]
+    times = np.cumsum(rng.exponential(1.0 / rate, REQUESTS))
+    context = int(np.sum(outs * (ins + outs / 2.0)) / np.sum(outs))  # as the simulator configures V1
+    measured = _ttft_v1(A100, batch, times, ins, outs, context)
+    observed_rate = (REQUESTS - 1) / (times[-1] - times[0])
+    for level in (0.95, 0.99):
+        predicted = model.ttft_quantile(observed_rate, level)
+        assert predicted == pytest.approx(float(np.quantile(measured, level)), rel=0.2), level
+    batched = TailModel(A100, batch, dist).ttft_quantile(observed_rate, 0.99)
+    assert batched > model.ttft_quantile(observed_rate, 0.99)

@@ -1,0 +1,158 @@
+"""The burst guard: a scale-up between planning cycles, from the queue and the KV cache, in seconds.
+
+The planner sizes for the load it forecasts over "start-up + one interval"; a burst that the forecast
+did not see shows first as requests waiting in the servers' queues (and a full KV cache). The guard
+looks at those signals of one model (all its variants: they share its load) every few seconds and,
+when they say the replicas asked for are overrun, adds the replicas the observed demand needs at the
+rate one replica sustains within the targets (the last plan's). It never scales down: that is the
+planner's business, and stays conservative.
+
+**Trigger.** At least ``waiting_per_replica`` requests waiting per ready replica, or a mean KV-cache
+usage of at least ``kv_threshold``. Below both, nothing: the plan stands.
+
+**Demand.** ``completions + growth of the queue + queue / drain``: what is finished per second, what
+the queue gains per second, and what it takes to empty the queue within ``drain`` seconds (the
+start-up time: replicas asked for now serve only after it). The collector's demand
+(:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's window.
+
+**Supply.** Every replica already asked for, each at the rate one replica of its variant sustains:
+ready ones, and those still starting, each of which will be ready before any replica asked for now
+(their expected ready times are named in the reason). When the demand exceeds that, the missing
+capacity goes to the variant the last plan gave the most replicas (the one it found cheapest for the
+load), at most doubling its count (plus four) per step, within its ``maxReplicas`` and, in limited
+mode, within the GPUs the last plan left free (never those it gave to another variant).
+
+Pure: values in, a decision out; time is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from variant_autoscaler.core.demand import demand_rate
+from variant_autoscaler.errors import ModelError
+
+__all__ = ["GuardDecision", "GuardInput", "GuardParams", "GuardVariant", "guard"]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardParams:
+    """When the guard acts (see the module doc)."""
+
+    waiting_per_replica: float = 1.0
+    kv_threshold: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not self.waiting_per_replica > 0:
+            raise ModelError("the guard's waiting threshold must be > 0 requests per replica")
+        if not 0.0 < self.kv_threshold <= 1.0:
+            raise ModelError("the guard's KV-cache threshold must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVariant:
+    """One variant of the model: the replicas asked for (``desired``: ready, starting and pending),
+    those ready, when those still starting are expected to be ready, the rate one replica sustains
+    within the targets (the last plan's, req/s; None before a plan), the replicas the last plan gave it,
+    and its ``maxReplicas``."""
+
+    key: str
+    desired: int
+    ready: int
+    rate_per_replica: float | None
+    planned: int = 0
+    starting_ready_at: tuple[float, ...] = ()
+    max_replicas: int | None = None
+    # Replicas that still fit on its accelerators beside the last plan (limited mode; None: no limit):
+    # the guard never takes GPUs the plan gave to others (a higher priority, say).
+    room: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GuardInput:
+    """One model as the guard sees it (rates in requests/s, times in s on any common clock):
+    Prometheus' completion rate, requests waiting and their growth over ``window_s``, and the mean
+    KV-cache usage of the ready replicas (0–1); ``drain_s`` is how soon the queue should be gone (the
+    start-up time)."""
+
+    now: float
+    completion_rate: float
+    waiting: float
+    waiting_growth: float
+    window_s: float
+    kv_usage: float
+    drain_s: float
+    variants: tuple[GuardVariant, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardDecision:
+    """``replicas`` per variant to scale up to (empty: leave the counts alone) and why."""
+
+    replicas: dict[str, int]
+    reason: str
+
+
+def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
+    ready = sum(v.ready for v in variants)
+    starting = sorted(max(t - now, 0.0) for v in variants for t in v.starting_ready_at)
+    text = f"{ready} ready"
+    if starting:
+        text += f" + {len(starting)} starting (ready in {starting[0]:.0f}–{starting[-1]:.0f} s)"
+    pending = sum(v.desired for v in variants) - ready - len(starting)
+    if pending > 0:
+        text += f" + {pending} pending"
+    return text
+
+
+def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
+    """The guard's word on one model (see the module doc)."""
+    p = params or GuardParams()
+    if any(v.desired < 0 or v.ready < 0 for v in inp.variants):
+        raise ModelError("replica counts must be >= 0")
+    ready = sum(v.ready for v in inp.variants)
+    if ready == 0:
+        return GuardDecision({}, "no ready replica to read a queue from")
+    known = [v for v in inp.variants if v.rate_per_replica is not None and v.rate_per_replica > 0]
+    if not known:
+        return GuardDecision({}, "no plan yet: the rate one replica sustains is unknown")
+    signals = []
+    if inp.waiting / ready >= p.waiting_per_replica:
+        signals.append(f"{inp.waiting:.0f} requests waiting on {ready} ready replicas")
+    if inp.kv_usage >= p.kv_threshold:
+        signals.append(f"KV cache {100 * inp.kv_usage:.0f} % full")
+    if not signals:
+        return GuardDecision({}, "no queue or KV-cache pressure")
+    demand = demand_rate(
+        max(inp.completion_rate, 0.0),
+        max(inp.waiting, 0.0),
+        inp.waiting_growth,
+        max(inp.window_s, 1e-9),
+        max(inp.drain_s, 1.0),
+    )
+    supply = sum(v.desired * (v.rate_per_replica or 0.0) for v in known)
+    what = f"{'; '.join(signals)}: demand {demand:.2f} req/s, the replicas asked for sustain {supply:.2f}"
+    have = _supply_text(inp.variants, inp.now)
+    if demand <= supply * (1.0 + 1e-9):
+        return GuardDecision({}, f"{what} ({have})")
+    grow = [
+        v
+        for v in known
+        if (v.max_replicas is None or v.desired < v.max_replicas) and (v.room is None or v.room > 0)
+    ]
+    if not grow:
+        return GuardDecision({}, f"{what}, but no variant may grow (maxReplicas, or no GPUs left)")
+    target = max(grow, key=lambda v: (v.planned, v.desired, -len(v.key), v.key))
+    rate = target.rate_per_replica or 0.0
+    want = target.desired + math.ceil((demand - supply) / rate - 1e-9)
+    want = min(want, max(2 * target.desired, target.desired + 4))
+    if target.max_replicas is not None:
+        want = min(want, target.max_replicas)
+    if target.room is not None:
+        want = min(want, target.desired + target.room)
+    return GuardDecision(
+        {target.key: want},
+        f"burst guard: {what} ({have}): {target.key} {target.desired} -> {want} at {rate:.3g} req/s each",
+    )

@@ -1,0 +1,348 @@
+"""Ahead of the load, in the operator: the demand forecast of each model and the burst guard.
+
+For variants whose service class states attainment or percentile targets (docs/tail-slo.md):
+
+* :class:`ForecastBook` keeps one forecaster (:mod:`variant_autoscaler.core.forecast`) per model and
+  namespace, updated once per interval with the model's demand, and gives the planner its upper quantile
+  over "start-up + one interval". Its state is written into the ``status.forecast`` of every
+  VariantAutoscaling of the model, with the status the cycle writes anyway (no extra API call, no extra
+  RBAC, and it goes with the objects it describes): a restarted operator, or a new leader, resumes from
+  the most advanced state it finds there instead of relearning the error quantiles for twenty intervals.
+* :class:`BurstGuard` runs beside the cycles: every ``BURST_GUARD_INTERVAL`` one PromQL query reads the
+  queue, its growth, the completions and the KV cache of every model
+  (:mod:`variant_autoscaler.adapters.guard_signals`); :func:`variant_autoscaler.core.guard.guard` says
+  whether a model's replicas are overrun, and the guard scales the target up (patch mode; never down)
+  at once. Its count is handed to the next cycle as a recommendation, so that the scale-down
+  stabilisation keeps it as it keeps the planner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from variant_autoscaler.adapters.guard_signals import build_guard_query, read_guard_signals, signals_for
+from variant_autoscaler.adapters.kube import ScaleTarget
+from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey
+from variant_autoscaler.api.config import MainConfig
+from variant_autoscaler.core.decision import DecisionInputs
+from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastState, forecast, update
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.engine.configs import CycleConfig
+from variant_autoscaler.engine.translate import VariantContext
+from variant_autoscaler.errors import KubeError, ModelError, VariantAutoscalerError
+from variant_autoscaler.planner import PlanOutcome, VariantKey
+
+__all__ = ["BurstGuard", "ForecastBook", "GuardAction", "ahead_inputs", "states_shares"]
+
+logger = logging.getLogger(__name__)
+
+
+def _step_seconds(cfg: MainConfig) -> float:
+    """How often the forecaster learns: every interval, but not more often than the metrics window
+    turns over (rates over overlapping windows are one observation, and fed as several they make a step
+    look like a trend)."""
+    return max(cfg.interval_seconds, cfg.metrics_window_seconds)
+
+
+def _forecast_config(cfg: MainConfig) -> ForecastConfig | None:
+    if cfg.forecast_quantile <= 0:
+        return None
+    return ForecastConfig(
+        interval_s=_step_seconds(cfg),
+        horizon_s=cfg.forecast_horizon_seconds,
+        quantile=cfg.forecast_quantile,
+    )
+
+
+@dataclass(slots=True)
+class _Entry:
+    state: ForecastState
+    updated: datetime | None  # when it last learnt a rate
+    found: Forecast | None = None
+
+
+class ForecastBook:
+    """One forecaster per (model, namespace), restored from the VAs' status after a restart."""
+
+    def __init__(self) -> None:
+        self._entries: dict[ModelKey, _Entry] = {}
+
+    def restore(self, statuses: Iterable[tuple[ModelKey, Mapping[str, Any]]]) -> None:
+        """Take up the state a previous process left in ``status.forecast`` (``statuses``: each VA's
+        model key and status), the most advanced one per model, for models not already known."""
+        found: dict[ModelKey, _Entry] = {}
+        for key, status in statuses:
+            raw = status.get("forecast") if isinstance(status, Mapping) else None
+            if key in self._entries or not isinstance(raw, Mapping):
+                continue
+            try:
+                state = ForecastState.from_json(raw)
+            except ModelError as exc:
+                logger.warning("status.forecast of %s/%s is not usable (%s): starting afresh", *key, exc)
+                continue
+            known = found.get(key)
+            if known is None or state.step > known.state.step:
+                found[key] = _Entry(state, _time(raw.get("updated")))
+        self._entries.update(found)
+
+    def update(self, key: ModelKey, rate: float, now: datetime, cfg: MainConfig) -> Forecast | None:
+        """Learn ``rate`` (req/s, the model's demand) once per interval (or metrics window, if longer)
+        and return the forecast (None with the forecast off)."""
+        fcfg = _forecast_config(cfg)
+        if fcfg is None:
+            return None
+        entry = self._entries.setdefault(key, _Entry(ForecastState(), None))
+        due = entry.updated is None or (now - entry.updated).total_seconds() >= 0.9 * _step_seconds(cfg)
+        if due and math.isfinite(rate) and rate >= 0:
+            entry.state = update(entry.state, rate, fcfg)
+            entry.updated = now
+        entry.found = forecast(entry.state, fcfg)
+        return entry.found
+
+    def status(self, key: ModelKey) -> dict[str, Any] | None:
+        """``status.forecast`` for the VAs of that model: the state and the latest forecast (req/min)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state.level is None:
+            return None
+        body: dict[str, Any] = {"model": key[0], **entry.state.to_json()}
+        if entry.updated is not None:
+            body["updated"] = entry.updated.isoformat().replace("+00:00", "Z")
+        if entry.found is not None:
+            body["upperRate"] = f"{60.0 * entry.found.upper:.4g}"
+            body["pointRate"] = f"{60.0 * entry.found.point:.4g}"
+        return body
+
+    def forecast(
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cfg: MainConfig,
+        now: datetime,
+    ) -> dict[ModelKey, float]:
+        """One cycle: each model's forecast upper quantile (req/min) by (model, namespace), learning this
+        cycle's demand; the state a previous process left in the VAs' status is taken up first."""
+        if cfg.forecast_quantile <= 0 or snapshot is None:
+            return {}
+        self.restore(
+            ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
+        )
+        out: dict[ModelKey, float] = {}
+        models = {(c.va.spec.model_id, c.key[0]) for c in contexts if c.va is not None}
+        for model, namespace in sorted(models):
+            lookup = snapshot.lookup(model, namespace)
+            if lookup.state != "ok" or lookup.metrics is None:
+                continue
+            found = self.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
+            if found is not None:
+                out[(model, namespace)] = found.upper * 60.0
+        return out
+
+
+def states_shares(cycle: CycleConfig) -> bool:
+    """Whether some service class (or the queueing-model ConfigMap) states attainment or percentile
+    targets: then the cycle reads the tail model's inputs."""
+    if any(t.slo.is_tail for c in cycle.classes.classes for t in c.targets):
+        return True
+    keys = ("attainment", "ttft_percentile", "itl_percentile")
+    return any(
+        isinstance(v := values.get(k), int | float) and v > 0
+        for _, values in cycle.queueing.entries
+        for k in keys
+    )
+
+
+def ahead_inputs(
+    guard: BurstGuard, forecasts: ForecastBook, ctx: VariantContext, inputs: DecisionInputs
+) -> DecisionInputs:
+    """A variant planned for attainment targets: its model's forecast goes into its status, replicas
+    still starting count as supply (no waiting for them before a larger plan: the plan covers
+    start-up + one interval), and a scale-up by the burst guard since the last cycle joins the
+    recommendations, so that scale-down stabilisation keeps it."""
+    assert ctx.va is not None
+    previous = dict(inputs.previous)
+    action = guard.actions().get(ctx.key)
+    if action is not None:
+        previous["recommendations"] = [
+            *(previous.get("recommendations") or []),
+            {"time": action.time.isoformat().replace("+00:00", "Z"), "numReplicas": action.replicas},
+        ]
+    return replace(
+        inputs,
+        previous=previous,
+        pending_timeout_seconds=0.0,
+        forecast=forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
+    )
+
+
+def _time(raw: object) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GuardAction:
+    """A scale-up the guard made: when, to how many, and why (for the next cycle's recommendations)."""
+
+    time: datetime
+    replicas: int
+    reason: str
+
+
+@dataclass(slots=True)
+class _Armed:
+    """One guarded variant as the last cycle left it."""
+
+    key: VariantKey
+    model: ModelKey
+    target: ScaleTarget
+    rate_per_replica: float | None
+    planned: int
+    max_replicas: int | None
+    room: int | None
+
+
+class BurstGuard:
+    """The guard's loop (see the module doc). :meth:`arm` after every cycle; :meth:`run` as a task."""
+
+    def __init__(
+        self,
+        *,
+        patch: Callable[[ScaleTarget, int], Any],
+        collector: Callable[[], Collector | None],
+        leading: Callable[[], bool],
+        clock: Callable[[], datetime],
+        on_scale: Callable[[VariantKey, int, str], None] | None = None,
+    ) -> None:
+        self._patch = patch
+        self._collector = collector
+        self._leading = leading
+        self._clock = clock
+        self._on_scale = on_scale
+        self._armed: dict[VariantKey, _Armed] = {}
+        self._cfg = MainConfig()
+        self._actions: dict[VariantKey, GuardAction] = {}
+        self.ticks = 0
+        self.queries = 0
+
+    def arm(
+        self,
+        cfg: MainConfig,
+        outcome: PlanOutcome,
+        variants: Iterable[tuple[VariantKey, str, ScaleTarget | None, int | None, str]],
+    ) -> None:
+        """After a cycle: the variants to guard (``variants``: key, model, scale target, maxReplicas and
+        actuation mode of each), with the rate one replica sustains from ``outcome``."""
+        self._cfg = cfg
+        self._actions.clear()  # handed to the cycle that just ran
+        armed: dict[VariantKey, _Armed] = {}
+        decisions = outcome.plan.decisions if outcome.plan is not None else {}
+        for key, model, target, max_replicas, mode in variants:
+            if key not in outcome.ahead or target is None or mode != "patch" or target.controller:
+                continue
+            d = decisions.get(f"{key[0]}/{key[1]}")
+            rate = d.rate_per_replica if d is not None and d.rate_per_replica > 0 else None
+            planned = d.replicas if d is not None else 0
+            armed[key] = _Armed(
+                key, (model, key[0]), target, rate, planned, max_replicas, outcome.room.get(key)
+            )
+        self._armed = armed
+
+    def actions(self) -> Mapping[VariantKey, GuardAction]:
+        """The scale-ups made since the last cycle (it records them as recommendations)."""
+        return dict(self._actions)
+
+    async def run(self) -> None:
+        """Tick every ``BURST_GUARD_INTERVAL`` until cancelled; a failed tick is logged and the next one
+        tried (the cycles go on regardless)."""
+        while True:
+            period = self._cfg.guard_interval_seconds
+            await asyncio.sleep(period if period > 0 else 5.0)
+            if period <= 0 or not self._armed or not self._leading():
+                continue
+            try:
+                await self.tick()
+            except VariantAutoscalerError as exc:
+                logger.warning("burst guard: %s", exc)
+
+    async def tick(self) -> dict[VariantKey, int]:
+        """One look at every guarded model: one query, then the scale-ups it asks for."""
+        collector = self._collector()
+        if collector is None or not self._armed:
+            return {}
+        self.ticks += 1
+        self.queries += 1
+        samples = await collector.client.query(build_guard_query(self._cfg.metrics_window_seconds))
+        signals = read_guard_signals(samples)
+        now = self._clock()
+        by_model: dict[ModelKey, list[_Armed]] = {}
+        for armed in self._armed.values():
+            by_model.setdefault(armed.model, []).append(armed)
+        scaled: dict[VariantKey, int] = {}
+        for (model, namespace), members in sorted(by_model.items()):
+            found = signals_for(signals, model, namespace)
+            if found is None:
+                continue
+            ready = sum(m.target.ready_replicas or 0 for m in members)
+            kv_ready = found.kv if ready else 0.0
+            decision = guard(
+                GuardInput(
+                    now=now.timestamp(),
+                    completion_rate=found.completions,
+                    waiting=found.waiting,
+                    waiting_growth=found.growth,
+                    window_s=self._cfg.metrics_window_seconds,
+                    kv_usage=kv_ready,
+                    drain_s=self._cfg.startup_seconds,
+                    variants=tuple(
+                        GuardVariant(
+                            key=f"{m.key[0]}/{m.key[1]}",
+                            desired=m.target.spec_replicas,
+                            ready=m.target.ready_replicas or 0,
+                            rate_per_replica=m.rate_per_replica,
+                            planned=m.planned,
+                            max_replicas=m.max_replicas,
+                            room=m.room,
+                        )
+                        for m in members
+                    ),
+                ),
+                GuardParams(),
+            )
+            for name, replicas in decision.replicas.items():
+                key = (name.split("/", 1)[0], name.split("/", 1)[1])
+                armed = self._armed[key]
+                if replicas <= armed.target.spec_replicas or not self._leading():
+                    continue
+                try:
+                    moved = await self._patch(armed.target, replicas)
+                except KubeError as exc:
+                    logger.warning("burst guard: scaling %s/%s failed: %s", *key, exc)
+                    continue
+                if moved is not None:
+                    continue  # someone changed it since the cycle read it: the next cycle decides
+                logger.info("%s/%s: %s", key[0], key[1], decision.reason)
+                if armed.room is not None:
+                    armed.room = max(0, armed.room - (replicas - armed.target.spec_replicas))
+                armed.target = replace(armed.target, spec_replicas=replicas)
+                self._actions[key] = GuardAction(now, replicas, decision.reason)
+                if self._on_scale is not None:
+                    self._on_scale(key, replicas, decision.reason)
+                scaled[key] = replicas
+        return scaled
+
+    async def aclose(self, task: asyncio.Task[None] | None) -> None:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,85 @@
+"""The burst guard (core/guard.py): scale-up only, on queue or KV pressure, starting replicas as supply."""
+
+from __future__ import annotations
+
+import pytest
+
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.errors import ModelError
+
+
+def _input(
+    *variants: GuardVariant,
+    waiting: float = 0.0,
+    growth: float = 0.0,
+    completions: float = 6.0,
+    kv: float = 0.2,
+) -> GuardInput:
+    return GuardInput(
+        now=1000.0,
+        completion_rate=completions,
+        waiting=waiting,
+        waiting_growth=growth,
+        window_s=60.0,
+        kv_usage=kv,
+        drain_s=180.0,
+        variants=variants or (GuardVariant("ns/a", desired=4, ready=4, rate_per_replica=1.5, planned=4),),
+    )
+
+
+def test_no_pressure_no_action() -> None:
+    decision = guard(_input())
+    assert decision.replicas == {} and "no queue" in decision.reason
+
+
+def test_a_queue_that_outruns_the_replicas_scales_up_by_the_missing_capacity() -> None:
+    # 60 waiting, growing by 60 a minute: demand 6 + 1 + 60/180 = 7.33 req/s; 4 × 1.5 = 6 sustained.
+    decision = guard(_input(waiting=60.0, growth=60.0))
+    assert decision.replicas == {"ns/a": 4 + 1}  # ceil((7.33 - 6) / 1.5) = 1
+    assert "burst guard" in decision.reason and "60 requests waiting" in decision.reason
+
+
+def test_a_full_kv_cache_triggers_too_and_a_covered_demand_does_not() -> None:
+    assert guard(_input(kv=0.95, completions=9.0)).replicas == {"ns/a": 6}
+    covered = guard(_input(waiting=8.0, completions=3.0))  # 3 + 8/180 < 6
+    assert covered.replicas == {} and "cover it" not in covered.reason and "sustain" in covered.reason
+
+
+def test_replicas_still_starting_count_as_supply() -> None:
+    starting = GuardVariant(
+        "ns/a", desired=8, ready=4, rate_per_replica=1.5, planned=8, starting_ready_at=(1030.0, 1150.0)
+    )
+    decision = guard(_input(starting, waiting=40.0, growth=40.0, completions=6.0))
+    assert decision.replicas == {}  # demand 7 < 8 × 1.5
+    assert "4 ready + 2 starting (ready in 30–150 s) + 2 pending" in decision.reason
+
+
+def test_steps_are_capped_and_bounded_by_max_replicas_and_room() -> None:
+    big = _input(waiting=4000.0, growth=4000.0, completions=6.0)
+    assert guard(big).replicas == {"ns/a": 8}  # at most doubling (or +4) per step
+    capped = GuardVariant("ns/a", desired=4, ready=4, rate_per_replica=1.5, planned=4, max_replicas=5)
+    assert guard(_input(capped, waiting=4000.0, growth=4000.0)).replicas == {"ns/a": 5}
+    roomy = GuardVariant("ns/a", desired=4, ready=4, rate_per_replica=1.5, planned=4, room=1)
+    assert guard(_input(roomy, waiting=4000.0, growth=4000.0)).replicas == {"ns/a": 5}
+    full = GuardVariant("ns/a", desired=4, ready=4, rate_per_replica=1.5, planned=4, room=0)
+    assert guard(_input(full, waiting=4000.0, growth=4000.0)).replicas == {}
+
+
+def test_the_variant_the_plan_favoured_grows_and_unknown_rates_hold() -> None:
+    a = GuardVariant("ns/a", desired=1, ready=1, rate_per_replica=1.0, planned=1)
+    h = GuardVariant("ns/h", desired=3, ready=3, rate_per_replica=3.0, planned=3)
+    decision = guard(_input(a, h, waiting=300.0, growth=300.0, completions=10.0))
+    assert list(decision.replicas) == ["ns/h"]
+    unknown = GuardVariant("ns/a", desired=2, ready=2, rate_per_replica=None)
+    assert guard(_input(unknown, waiting=300.0)).replicas == {}
+    idle = GuardVariant("ns/a", desired=2, ready=0, rate_per_replica=1.0)
+    assert "no ready replica" in guard(_input(idle, waiting=300.0)).reason
+
+
+def test_bad_parameters() -> None:
+    with pytest.raises(ModelError):
+        GuardParams(waiting_per_replica=0)
+    with pytest.raises(ModelError):
+        GuardParams(kv_threshold=1.5)
+    with pytest.raises(ModelError):
+        guard(_input(GuardVariant("ns/a", desired=-1, ready=0, rate_per_replica=1.0)))

@@ -1,0 +1,180 @@
+"""The operator ahead of the load (engine/ahead.py): the tail model's inputs read only when a class
+states attainment targets, the demand forecast kept in the VAs' status and resumed by a restarted
+operator, starting replicas counted as supply, and the burst guard with its one query."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from variant_autoscaler.adapters.guard_signals import build_guard_query, read_guard_signals
+from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
+from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Sample
+from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
+from variant_autoscaler.engine.ahead import ForecastBook
+from vatesting.fakes import NS, OPERATOR_NS, VA, Harness
+
+pytestmark = pytest.mark.unit
+
+PREMIUM = (
+    "name: Premium\npriority: 1\ndata:\n"
+    "  - {model: default/default, slo-tpot: 24, slo-ttft: 500, slo-attainment: 99}\n"
+)
+
+
+def _attainment(h: Harness) -> None:
+    classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
+    classes["data"] = {"premium.yaml": PREMIUM}
+
+
+def _harness(**config: str) -> Harness:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch", **config)
+    _attainment(h)
+    h.add_va(replicas=1)
+    return h
+
+
+async def test_the_tail_inputs_are_read_only_when_a_class_states_attainment() -> None:
+    plain = Harness()
+    plain.add_va()
+    plain.load(600.0)
+    assert (await plain.engine.run_cycle()).promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES
+    h = _harness()
+    h.load(600.0)
+    report = await h.engine.run_cycle()
+    # A fixed set more (burstiness windows, rate, two histograms): the fake answers none of them, which
+    # only leaves the tail model on its defaults.
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10
+    assert "planned for the forecast" in h.status()["desiredOptimizedAlloc"]["reason"]
+
+
+async def test_attainment_in_the_queueing_model_configmap_reads_the_tail_inputs_too() -> None:
+    """A VA without a service class whose SLOs come from wva-queueing-model-config with ``attainment``
+    is planned ahead of the load as a class's would be."""
+    h = Harness(DEFAULT_ACTUATION_MODE="patch")
+    del h.kube.objects[("configmaps", OPERATOR_NS, "service-classes-config")]
+    entry = "model_id: default/default\ntargetTTFT: 500\ntargetITL: 24\nattainment: 99\n"
+    h.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "wva-queueing-model-config", "namespace": OPERATOR_NS},
+            "data": {"default": "sloMultiplier: 3", "slo": entry},
+        }
+    )
+    h.add_va(replicas=1)
+    h.load(600.0)
+    report = await h.engine.run_cycle()
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10
+    reason = h.status()["desiredOptimizedAlloc"]["reason"]
+    assert "wva-queueing-model-config" in reason and "planned for the forecast" in reason
+
+
+async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes_it() -> None:
+    h = _harness()
+    h.load(600.0)
+    await h.engine.run_cycle()
+    first = h.status()["forecast"]
+    assert first["model"] == "default/default" and first["step"] == 1 and float(first["upperRate"]) > 600.0
+    VariantAutoscaling.model_validate(h.kube.get("variantautoscalings", NS, VA))  # the schema holds it
+    # A cycle sooner than an interval (a VA changed) learns nothing new.
+    h.advance(10)
+    await h.engine.run_cycle()
+    assert h.status()["forecast"]["step"] == 1
+    # A brand-new engine takes the state up from the status and goes on from it.
+    h.engine = h.new_engine()
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.status()["forecast"]["step"] == 2
+    # Off: no forecast, and WVA's plan for the load as measured.
+    off = _harness(FORECAST_QUANTILE="0")
+    off.load(600.0)
+    await off.engine.run_cycle()
+    assert "forecast" not in off.status() and off.replicas() < h.replicas()
+
+
+def test_a_broken_state_in_the_status_is_left_and_the_newest_wins() -> None:
+    book = ForecastBook()
+    key = ("m", "ns")
+    book.restore(
+        [
+            (key, {"forecast": {"step": "x"}}),
+            (key, {"forecast": {"step": 3, "level": 1.0, "updated": "2026-01-01T00:00:00Z"}}),
+            (key, {"forecast": {"step": 5, "level": 2.0}}),
+            (("other", "ns"), {}),
+        ]
+    )
+    status = book.status(key)
+    assert status is not None and status["step"] == 5 and book.status(("other", "ns")) is None
+
+
+async def test_replicas_still_starting_do_not_hold_back_a_larger_plan() -> None:
+    h = _harness(FORECAST_QUANTILE="0")
+    h.load(600.0)
+    await h.engine.run_cycle()
+    scaled = h.replicas()
+    dep = h.kube.get("deployments", NS, VA)
+    dep["status"]["readyReplicas"] = 1  # the new replicas are still starting
+    h.load(2400.0)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.replicas() > scaled  # a mean class would wait (test_engine_cycle)
+
+
+def _deployment(h: Harness) -> dict[str, Any]:
+    return h.kube.get("deployments", NS, VA)
+
+
+async def test_the_burst_guard_scales_up_between_cycles_with_one_query() -> None:
+    h = _harness(FORECAST_QUANTILE="0")
+    h.load(600.0)
+    await h.engine.run_cycle()
+    planned = h.replicas()
+    _deployment(h)["status"]["readyReplicas"] = planned
+    # No pressure: nothing moves.
+    before = h.prom.queries
+    assert await h.engine.guard.tick() == {}
+    assert h.prom.queries - before == 1
+    # A burst: 300 requests waiting, growing; the guard adds what the demand needs.
+    h.load(600.0, waiting=300.0, waiting_growth=300.0)
+    scaled = await h.engine.guard.tick()
+    assert scaled and h.replicas() > planned
+    guarded = h.replicas()
+    # The next cycle keeps the guard's count as a recommendation: no scale-down within the window.
+    h.load(600.0)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.replicas() == guarded
+    assert any(r["numReplicas"] == guarded for r in h.status()["recommendations"])
+
+
+async def test_the_guard_leaves_mean_classes_and_other_modes_alone() -> None:
+    h = Harness(DEFAULT_ACTUATION_MODE="patch", FORECAST_QUANTILE="0")
+    h.add_va(replicas=1)
+    h.load(600.0)
+    await h.engine.run_cycle()
+    h.load(600.0, waiting=300.0, waiting_growth=300.0)
+    assert await h.engine.guard.tick() == {}
+    metrics = Harness(FORECAST_QUANTILE="0")  # metrics mode: the HPA scales
+    _attainment(metrics)
+    metrics.add_va(replicas=1)
+    metrics.load(600.0)
+    await metrics.engine.run_cycle()
+    metrics.load(600.0, waiting=300.0, waiting_growth=300.0)
+    assert await metrics.engine.guard.tick() == {}
+
+
+def test_the_guard_query_is_one_query_of_four_signals() -> None:
+    query = build_guard_query(60.0)
+    assert query.count(" or ") == 3 and "[1m]" in query
+    samples = [
+        Sample({"model_name": "m", "namespace": "ns", "signal": "waiting"}, 12.0, 0.0),
+        Sample({"model_name": "m", "namespace": "ns", "signal": "kv"}, float("nan"), 0.0),
+        Sample({"model_name": "m", "signal": "completions"}, 3.0, 0.0),
+        Sample({"model_name": "m", "namespace": "ns", "signal": "other"}, 1.0, 0.0),
+        Sample({"signal": "waiting"}, 1.0, 0.0),
+    ]
+    read = read_guard_signals(samples)
+    assert read[("m", "ns")].waiting == 12.0 and read[("m", "ns")].kv == 0.0
+    assert read[("m", "")].completions == 3.0
