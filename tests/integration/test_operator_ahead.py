@@ -14,6 +14,7 @@ import yaml
 
 from localcluster import LocalCluster, wait_for
 from localcluster.pytest_plugin import Emulator
+from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from vatesting.harness import (
     EMULATOR,
@@ -130,8 +131,11 @@ def test_the_forecast_survives_a_restart_and_the_guard_scales_between_cycles(
             "a forecast learnt over two intervals, planned for",
         )
         assert float(_forecast(va)["upperRate"]) > 0
-        # The tail model's inputs: a fixed set of ten queries more than the cycle's own.
-        assert first.metric("variant_autoscaler_promql_queries_last_cycle") == QUERIES_PER_CYCLE + 10
+        # The tail model's inputs: a fixed set of ten queries more than the cycle's own (the load's and
+        # the profile learning's).
+        assert first.metric("variant_autoscaler_promql_queries_last_cycle") == (
+            QUERIES_PER_CYCLE + PROFILE_QUERIES + 10
+        )
     learnt = _forecast(get_va(full_cluster, full_namespace, VA))["step"]
 
     second = OperatorProcess(sa_config, full_namespace, tmp_path, identity="operator-b")
