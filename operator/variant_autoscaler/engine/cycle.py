@@ -61,6 +61,7 @@ from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.learning import ProfileLearner
 from variant_autoscaler.engine.translate import (
+    CycleFacts,
     SpecCache,
     VariantContext,
     actuation_mode,
@@ -411,24 +412,15 @@ class Engine:
         # 5. Policy, actuation, status and Events, per variant.
         self._gauges = []
 
+        facts = CycleFacts(outcome, cfg, config_error, metrics_error, started_wall, hpas)
+
         async def one(ctx: VariantContext) -> VariantOutcome:
             async with self._semaphore:
-                return await self._reconcile(
-                    ctx,
-                    outcome=outcome,
-                    cfg=cfg,
-                    hpas=hpas,
-                    config_error=config_error,
-                    metrics_error=metrics_error,
-                    now=started_wall,
-                )
+                return await self._reconcile(ctx, facts)
 
         outcomes = await asyncio.gather(*(one(c) for c in contexts))
         for ctx in annotated:
-            await self._reconcile_annotated(
-                ctx, outcome=outcome, cfg=cfg, config_error=config_error, metrics_error=metrics_error,
-                now=started_wall,
-            )  # fmt: skip
+            await self._reconcile_annotated(ctx, replace(facts, hpas={}))
         await self.learning.persist(annotated, started_wall, cfg.status_refresh_seconds)
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
         self._arm_guard(contexts, outcomes, outcome, cfg)
@@ -693,31 +685,13 @@ class Engine:
 
     # --- per variant ------------------------------------------------------------------------------
 
-    async def _reconcile(
-        self,
-        ctx: VariantContext,
-        *,
-        outcome: PlanOutcome,
-        cfg: MainConfig,
-        hpas: Mapping[tuple[str, str, str], str],
-        config_error: str | None,
-        metrics_error: str | None,
-        now: datetime,
-    ) -> VariantOutcome:
+    async def _reconcile(self, ctx: VariantContext, facts: CycleFacts) -> VariantOutcome:
         # Leadership can be lost during a long cycle: from then on, write and actuate nothing (a new
         # leader may take over once the Lease expires, which is later than our renew deadline).
         if not self.leader.is_leader():
             return VariantOutcome(key=ctx.key, written=False, error="not the leader any more")
         try:
-            return await self._reconcile_one(
-                ctx,
-                outcome=outcome,
-                cfg=cfg,
-                hpas=hpas,
-                config_error=config_error,
-                metrics_error=metrics_error,
-                now=now,
-            )
+            return await self._reconcile_one(ctx, facts)
         except KubeError as exc:
             logger.error("variant %s/%s: %s", ctx.key[0], ctx.key[1], exc)
             return VariantOutcome(key=ctx.key, written=False, error=str(exc))
@@ -744,27 +718,10 @@ class Engine:
             )
         self.guard.arm(cfg, outcome, armed)
 
-    async def _reconcile_one(
-        self,
-        ctx: VariantContext,
-        *,
-        outcome: PlanOutcome,
-        cfg: MainConfig,
-        hpas: Mapping[tuple[str, str, str], str],
-        config_error: str | None,
-        metrics_error: str | None,
-        now: datetime,
-    ) -> VariantOutcome:
-        inputs = decision_inputs(
-            ctx,
-            outcome=outcome,
-            cfg=cfg,
-            hpas=hpas,
-            config_error=config_error,
-            metrics_error=metrics_error,
-            now=now,
-        )
-        if ctx.va is not None and ctx.key in outcome.ahead:
+    async def _reconcile_one(self, ctx: VariantContext, facts: CycleFacts) -> VariantOutcome:
+        inputs = decision_inputs(ctx, facts)
+        now = facts.now
+        if ctx.va is not None and ctx.key in facts.outcome.ahead:
             inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs)
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
@@ -795,29 +752,12 @@ class Engine:
 
     # --- annotated HPAs and ScaledObjects -----------------------------------------------------------
 
-    async def _reconcile_annotated(
-        self,
-        ctx: VariantContext,
-        *,
-        outcome: PlanOutcome,
-        cfg: MainConfig,
-        config_error: str | None,
-        metrics_error: str | None,
-        now: datetime,
-    ) -> None:
+    async def _reconcile_annotated(self, ctx: VariantContext, facts: CycleFacts) -> None:
         """Decide, export and explain (Events on the object); no status: the history stays in memory."""
         if not self.leader.is_leader():
             return
-        inputs = decision_inputs(
-            ctx,
-            outcome=outcome,
-            cfg=cfg,
-            hpas={},
-            config_error=config_error,
-            metrics_error=metrics_error,
-            now=now,
-        )
-        rep = report(decide(inputs))
+        now = facts.now
+        rep = report(decide(decision_inputs(ctx, facts)))
         await self.actuator.post_all(ctx, rep.events, now)
         if ctx.learning is not None:
             await self.actuator.post_all(ctx, ctx.learning.events, now)

@@ -39,6 +39,7 @@ from variant_autoscaler.planner import (
 )
 
 __all__ = [
+    "CycleFacts",
     "SpecCache",
     "VariantContext",
     "actuation_mode",
@@ -331,17 +332,25 @@ def metrics_view(lookup: Lookup | None) -> MetricsView | None:
     )
 
 
-def decision_inputs(
-    ctx: VariantContext,
-    *,
-    outcome: PlanOutcome,
-    cfg: MainConfig,
-    hpas: Mapping[tuple[str, str, str], str],
-    config_error: str | None,
-    metrics_error: str | None,
-    now: datetime,
-) -> DecisionInputs:
+@dataclass(frozen=True, slots=True)
+class CycleFacts:
+    """What one cycle read and planned for every variant alike: the plan, the main configuration, the
+    HPAs by target, the cycle's configuration and metrics errors, and its start time. Built once per
+    cycle and handed to each variant's decision with the variant's own context."""
+
+    outcome: PlanOutcome
+    cfg: MainConfig
+    config_error: str | None
+    metrics_error: str | None
+    now: datetime
+    # (namespace, kind, name) of a scale target -> the HPA that scales it; empty for annotated variants,
+    # whose own HPA or ScaledObject acts on the exported decision.
+    hpas: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
     """What the cycle read of one variant, as the pure decision's inputs."""
+    outcome, cfg, hpas, now = facts.outcome, facts.cfg, facts.hpas, facts.now
     meta = ctx.body.get("metadata") or {}
     generation = meta.get("generation")
     va, target = ctx.va, ctx.target
@@ -386,8 +395,8 @@ def decision_inputs(
         target_found=True if target is not None else ctx.target_found,
         hpa_owner=hpas.get((ctx.key[0], target.kind, target.name)) if target is not None else None,
         metrics=metrics_view(ctx.lookup),
-        metrics_error=metrics_error,
-        config_error=config_error,
+        metrics_error=facts.metrics_error,
+        config_error=facts.config_error,
         plan=_with_profile(outcome.decisions.get(ctx.key), ctx),
         plan_failure=outcome.failures.get(ctx.key),
         plan_status=outcome.status,
