@@ -5,11 +5,10 @@ deadline."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from localcluster import LocalCluster, wait_for
@@ -23,7 +22,6 @@ from vatesting.harness import (
     OperatorProcess,
     deployment_replicas,
     get_va,
-    install,
     running,
     set_main_config,
     va_manifest,
@@ -31,21 +29,6 @@ from vatesting.harness import (
 
 MODEL = "default/default"
 VA = "vllme-deployment"
-
-
-@pytest.fixture
-def sa_config(full_cluster: LocalCluster) -> Iterator[Path]:
-    kubeconfig = install(full_cluster, full_cluster.prometheus_url, full_cluster.prometheus_ca_file)
-    yield kubeconfig
-    install(full_cluster, full_cluster.prometheus_url, full_cluster.prometheus_ca_file)
-
-
-@pytest.fixture
-def loads() -> Iterator[list[LoadGenerator]]:
-    started: list[LoadGenerator] = []
-    yield started
-    for load in started:
-        load.stop()
 
 
 def _attainment_class(cluster: LocalCluster) -> None:

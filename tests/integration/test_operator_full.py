@@ -5,11 +5,9 @@ with deploy/'s ServiceAccount and RBAC. Every wait polls with a deadline; nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.pytest_plugin import Emulator
@@ -24,7 +22,6 @@ from vatesting.harness import (
     deployment_replicas,
     events,
     get_va,
-    install,
     running,
     set_main_config,
     va_manifest,
@@ -33,22 +30,6 @@ from vatesting.harness import (
 MODEL = "default/default"
 VA = "vllme-deployment"
 WVA_A100 = "NVIDIA-A100-PCIE-80GB"
-
-
-@pytest.fixture
-def sa_config(full_cluster: LocalCluster) -> Iterator[Path]:
-    kubeconfig = install(full_cluster, full_cluster.prometheus_url, full_cluster.prometheus_ca_file)
-    yield kubeconfig
-    # Leave the shared ConfigMaps as the next test expects them (this test may have edited them).
-    install(full_cluster, full_cluster.prometheus_url, full_cluster.prometheus_ca_file)
-
-
-@pytest.fixture
-def loads() -> Iterator[list[LoadGenerator]]:
-    started: list[LoadGenerator] = []
-    yield started
-    for load in started:
-        load.stop()
 
 
 def _emulator(emulator_pod: Callable[..., Emulator], namespace: str, name: str = VA, **kw: Any) -> Emulator:
