@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 
 from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
+from variant_autoscaler.sim.scenarios import load_bundled
+from variant_autoscaler.sim.simulator import scenario_arrivals
+from variant_autoscaler.sim.traffic import read_trace
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE.parent.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
@@ -38,10 +41,6 @@ WARM = 20
 
 def _series() -> list[tuple[str, float, np.ndarray[Any, Any]]]:
     """(name, interval s, rates per interval)."""
-    from variant_autoscaler.sim.scenarios import load_bundled
-    from variant_autoscaler.sim.simulator import scenario_arrivals
-    from variant_autoscaler.sim.traffic import read_trace
-
     out = []
     times = read_trace(TRACE).times
     for interval in (60.0, 15.0):

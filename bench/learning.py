@@ -32,6 +32,7 @@ from variant_autoscaler.sim.agent import PARAMETERS, Controller, load_agent
 from variant_autoscaler.sim.report import summarize
 from variant_autoscaler.sim.runner import POLICY_NAMES, run_policies
 from variant_autoscaler.sim.scenario import Scenario
+from variant_autoscaler.sim.scenarios import BUNDLED, load_bundled
 from variant_autoscaler.sim.scoring import RewardConfig, episode_return, recovery_times
 from variant_autoscaler.sim.train import TEMPLATES, make_env
 
@@ -140,8 +141,6 @@ def _table(rows: Sequence[Mapping[str, Any]], title: str) -> list[str]:
 
 def _bundled(jobs: int) -> list[str]:
     """Every policy and the agent on the bundled scenarios as they are (the policies section's runs)."""
-    from variant_autoscaler.sim.scenarios import BUNDLED, load_bundled
-
     reward = RewardConfig()
     lines = [
         "| scenario | policy | return per request | in SLO | dropped | cost (× oracle) |",

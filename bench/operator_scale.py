@@ -47,6 +47,13 @@ from typing import Any
 
 import yaml
 
+from localcluster import ClusterOptions, LocalCluster
+from localcluster.net import free_port
+from variant_autoscaler.adapters.kube import KubeClient, load_credentials
+from variant_autoscaler.core.status import format_time
+from variant_autoscaler.settings import Settings
+from vatesting.harness import OperatorProcess, install, set_main_config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PHASES = (50, 500)
@@ -124,8 +131,6 @@ class SyntheticVllm:
 
 @contextlib.contextmanager
 def prometheus(target_port: int, workdir: Path) -> Iterator[str]:
-    from localcluster.net import free_port
-
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     port = free_port()
     config = {
@@ -276,9 +281,6 @@ def _measure(
 
 
 def run() -> str:
-    from localcluster import ClusterOptions, LocalCluster
-    from vatesting.harness import OperatorProcess, install, set_main_config
-
     results: list[tuple[str, int, dict[str, Any], tuple[float, float]]] = []
     watches: list[tuple[str, dict[str, Any], tuple[float, float]]] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))
@@ -344,10 +346,6 @@ async def _writes_alone(kubeconfig: Path, variants: int, servers: dict[str, int]
     """Every VA's status written once more per round, with the operator stopped: the operator's client
     call (a PUT of the object it read, with its resourceVersion), its concurrency, its ServiceAccount;
     only ``desiredOptimizedAlloc.lastRunTime`` changes, as a cycle changes it at least."""
-    from variant_autoscaler.adapters.kube import KubeClient, load_credentials
-    from variant_autoscaler.core.status import format_time
-    from variant_autoscaler.settings import Settings
-
     concurrency = Settings.model_fields["kube_concurrency"].default
     kube = KubeClient(load_credentials(str(kubeconfig)))
     rounds: list[dict[str, float]] = []

@@ -27,7 +27,10 @@ output, now)`` and ``advance(now)``, whose sequences carry ``arrival_time``, ``f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import math
 import os
 import sys
@@ -39,7 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+from variant_autoscaler.cli import main as cli_main
+from variant_autoscaler.core.analyzer import SLO, Load, clear_sizing_memo, size_allocation
+from variant_autoscaler.core.candidates import build_candidate_sets
+from variant_autoscaler.core.model import AcceleratorType, Profile, ServiceTarget, VariantInput
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.tail import (
     Burstiness,
@@ -48,9 +54,16 @@ from variant_autoscaler.core.tail import (
     TailTargets,
     TokenLengths,
     burstiness_from_times,
+    clear_tail_memo,
     size_tail_allocation,
 )
+from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import InfeasibleError
+from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic, read_trace
+from vllm_emulator.costmodel import from_profile
+from vllm_emulator.engine import Engine, EngineConfig
+from vllm_emulator.engine import Profile as EngineProfile
+from vllm_emulator.engine_v1 import V1Config, V1Engine
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE.parent.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
@@ -66,9 +79,6 @@ H100 = ServiceParms(10.0, 0.2, 10.0, 0.02)  # the bundled node-failure scenario'
 
 def default_engine(alpha: float, beta: float, gamma: float, delta: float, max_num_seqs: int, kv: int) -> Any:
     """The emulator's engine (``vllm_emulator.engine.Engine``)."""
-    from vllm_emulator.engine import Engine, EngineConfig
-    from vllm_emulator.engine import Profile as EngineProfile
-
     config = EngineConfig(
         profile=EngineProfile(alpha, beta, gamma, delta),
         max_num_seqs=max_num_seqs,
@@ -91,9 +101,6 @@ def v1_engine(
     """The emulator's vLLM-V1-like engine (``vllm_emulator.engine_v1``: chunked prefill, a 2,048-token
     step budget, KV blocks), its step costs matching the profile at the requests' mean context, as the
     simulator configures it; no prefix-cache hits."""
-    from vllm_emulator.costmodel import from_profile
-    from vllm_emulator.engine_v1 import V1Config, V1Engine
-
     return V1Engine(
         V1Config(
             cost=from_profile(alpha, beta, gamma, delta, context_tokens=context_tokens),
@@ -274,8 +281,6 @@ def validate(factory: Callable[..., Any]) -> list[Row]:
 
 
 def read_azure() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    from variant_autoscaler.sim.traffic import read_trace
-
     arrivals = read_trace(TRACE)
     return arrivals.times, arrivals.input_tokens, np.maximum(arrivals.output_tokens, 2)
 
@@ -286,8 +291,6 @@ def trace_rows(
     """The Azure trace at rate scales ×0.8 (thinned) and ×1 (as recorded), as the simulator's
     ``rateScale`` replays it, on the H100 profile, batch 64: (scale, mean rate, peak-minute load,
     [(level, measured, predicted)])."""
-    from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic
-
     times, ins, outs = read_azure()
     out = []
     for scale in (0.8, 1.0):
@@ -375,12 +378,6 @@ def sizing_rows(factory: Callable[..., Any]) -> list[tuple[str, float, float, fl
 
 def min_gpus_rows() -> list[tuple[str, dict[str, Any]]]:
     """``variant-autoscaler min-gpus --verify`` on the Azure trace (H100 profile, batch 64)."""
-    import contextlib
-    import io
-    import json
-
-    from variant_autoscaler.cli import main
-
     rows = []
     for ttft in ("2000", "5000"):
         argv = [
@@ -390,7 +387,7 @@ def min_gpus_rows() -> list[tuple[str, dict[str, Any]]]:
         ]  # fmt: skip
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            main(argv)
+            cli_main(argv)
         rows.append((" ".join(argv), json.loads(buffer.getvalue())))
     return rows
 
@@ -429,12 +426,6 @@ def plan_rows() -> list[tuple[str, int, float]]:
     classes (seeded: 24 model families, each with its own lengths and burstiness, on 8 accelerators,
     1,000 variants), cold, in the next cycle with the traffic unchanged, and in one where every family's
     workload moved by about 1 %; against the same candidates on means (the analyzer's batch, cold)."""
-    from variant_autoscaler.core.analyzer import clear_sizing_memo
-    from variant_autoscaler.core.candidates import build_candidate_sets
-    from variant_autoscaler.core.model import AcceleratorType, Profile, ServiceTarget, VariantInput
-    from variant_autoscaler.core.tail import clear_tail_memo
-    from variant_autoscaler.core.workload import Workload
-
     rng = np.random.default_rng(5)
     accs = {
         f"ACC{k}": AcceleratorType(f"ACC{k}", f"DEV{k}", float(rng.uniform(10, 100)))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from localcluster import LocalCluster, wait_for
 from vatesting.e2e import E2EResults, Kube, LoadDriver, Operator, Slo
@@ -60,8 +61,6 @@ def scenario_namespace(
     full_cluster: LocalCluster, kube: Kube, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A fresh namespace; deleted afterwards, waiting until its pods are gone."""
-    from kubernetes import client
-
     base = request.node.name.removeprefix("test_").replace("_", "-")[:36].strip("-")
     name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
     kube.core.create_namespace({"metadata": {"name": name, "labels": {"variant-autoscaler.io/e2e": "true"}}})

@@ -9,12 +9,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
-from localcluster import ClusterOptions, LocalCluster, read_versions, wait_for
+from localcluster import Binaries, ClusterOptions, LocalCluster, MissingBinaryError, read_versions, wait_for
 from localcluster.net import http_get, ssl_context
 from localcluster.procs import PidRecord
 
@@ -102,8 +104,6 @@ def test_service_account_token_is_authorised_by_rbac(api_cluster: LocalCluster, 
 def test_kubectl_apply_helper_creates_objects(
     kubectl_apply: Callable[..., str], kube_client: Any, namespace: str
 ) -> None:
-    from kubernetes import client
-
     kubectl_apply(
         textwrap.dedent(
             """\
@@ -213,10 +213,6 @@ def test_cli_down_refuses_a_directory_that_is_not_a_cluster(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("missing", ["kube_apiserver", "etcd"])
 def test_missing_binary_fails_with_the_build_hint(tmp_path: Path, missing: str) -> None:
-    from dataclasses import replace
-
-    from localcluster import Binaries, MissingBinaryError
-
     binaries = replace(Binaries.locate(), **{missing: tmp_path / "nope"})
     with pytest.raises(MissingBinaryError, match="make cluster-bins"):
         LocalCluster(ClusterOptions(profile="api"), binaries=binaries).start()

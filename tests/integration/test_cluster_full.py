@@ -11,8 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from localcluster import DEFAULT_GPU_INVENTORY, ClusterOptions, GpuNodeSpec, LocalCluster, wait_for
+from localcluster.net import free_port
 from localcluster.procs import proc_start_time
 from localcluster.pytest_plugin import Emulator, emulator_deployment
 
@@ -51,7 +54,6 @@ def test_default_inventory_nodes_are_ready_gpu_nodes(full_cluster: LocalCluster)
     vendors = {spec.vendor for spec in DEFAULT_GPU_INVENTORY}
     assert vendors == {"nvidia", "amd", "intel"}
     # kwok renews a Lease per node like a kubelet, so the node-lifecycle controller keeps them Ready.
-    from kubernetes import client
 
     coordination: Any = client.CoordinationV1Api(full_cluster.api_client())
     leases = {lease.metadata.name for lease in coordination.list_namespaced_lease("kube-node-lease").items}
@@ -82,8 +84,6 @@ def test_deployment_pods_are_scheduled_on_gpu_nodes_and_served_then_cleaned_up(
         e.reporting_component == "default-scheduler" or e.source.component == "default-scheduler"
         for e in scheduled
     )
-
-    import urllib.request
 
     for endpoint in endpoints:
         with urllib.request.urlopen(endpoint.url + "/", timeout=10) as response:
@@ -128,8 +128,8 @@ def test_a_deleted_pod_finishes_its_requests_before_it_goes(
         with urllib.request.urlopen(request, timeout=60) as response:
             answers.append(response.status)
 
-    client = threading.Thread(target=slow_request)
-    client.start()
+    in_flight = threading.Thread(target=slow_request)
+    in_flight.start()
     wait_for(
         lambda: "vllm:num_requests_running" in _metrics(endpoint.url) and _running(endpoint.url) >= 1,
         timeout=30,
@@ -142,7 +142,7 @@ def test_a_deleted_pod_finishes_its_requests_before_it_goes(
         what="the pod to be terminating",
     )
     assert _pods(full_cluster, full_namespace, "drain")  # still there while it drains
-    client.join(60)
+    in_flight.join(60)
     assert answers == [200]  # the request in flight was served, not cut off
     wait_for(lambda: not _pods(full_cluster, full_namespace, "drain"), timeout=60, what="the pod to go")
 
@@ -227,10 +227,6 @@ def test_prometheus_scrapes_the_emulator_behind_a_pod_with_its_namespace(
 @contextlib.contextmanager
 def _desired_replicas_exporter(cluster: LocalCluster) -> Iterator[Any]:
     """A /metrics endpoint that publishes `inferno_desired_replicas` the way the operator does."""
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
-
-    from localcluster.net import free_port
-
     registry = CollectorRegistry()
     gauge = Gauge(
         "inferno_desired_replicas",
@@ -303,7 +299,6 @@ def test_hpa_on_the_external_metric_scales_the_deployment(
             },
         }
     )
-    from kubernetes import client
 
     apps: Any = client.AppsV1Api(full_cluster.api_client())
 

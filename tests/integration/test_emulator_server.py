@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_emulator.errors import EmulatorError
 from vllm_emulator.metrics import (
     INTER_TOKEN_LATENCY_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
@@ -406,7 +407,5 @@ def test_sigterm_stops_cleanly() -> None:
 
 
 def test_bad_configuration_exits_with_an_error() -> None:
-    from vllm_emulator.errors import EmulatorError
-
     with pytest.raises(EmulatorError, match="time_scale"):
         EmulatorProcess(["--time-scale", "-1"], startup_timeout=15).start()

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from localcluster import LocalCluster, wait_for
 from vatesting.harness import (
@@ -154,8 +155,6 @@ def _expected(
 
 def _ask_all(cluster: LocalCluster, install: Install, questions: Sequence[Question]) -> dict[Question, bool]:
     """SelfSubjectAccessReviews as the ServiceAccount (impersonated), as `kubectl auth can-i --as` sends."""
-    from kubernetes import client
-
     api_client = cluster.api_client()
     impersonating = client.ApiClient(api_client.configuration)
     impersonating.set_default_header("Impersonate-User", install.user)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from kubernetes import client
 
 from localcluster import LocalCluster
 from localcluster.errors import LocalClusterError
@@ -103,8 +104,6 @@ def test_the_api_server_refuses_what_the_crd_forbids(
 def test_a_sample_of_generated_specs_and_their_status_are_accepted(
     crds: LocalCluster, shared_namespace: str, body: dict[str, Any]
 ) -> None:
-    from kubernetes import client
-
     api = client.CustomObjectsApi(crds.api_client())
     body = copy.deepcopy(body)
     status = body.pop("status")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 import pytest
 
 from variant_autoscaler.settings import WVA_CONFIG_MAP, WVA_NAMESPACE, Settings
@@ -9,8 +13,6 @@ from variant_autoscaler.settings import WVA_CONFIG_MAP, WVA_NAMESPACE, Settings
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     for key in list(os.environ):
         if key.startswith(("WVA_", "PROMETHEUS_")) or key in ("POD_NAMESPACE", "LOG_LEVEL"):
             monkeypatch.delenv(key)
@@ -76,9 +78,6 @@ def _environment_names() -> set[str]:
 
 
 def test_every_environment_variable_is_documented_and_every_documented_one_is_read() -> None:
-    import re
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     documented = set(re.findall(r"`(WVA_[A-Z_]+)`", text))
     read = _environment_names()

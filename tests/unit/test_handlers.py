@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 from typing import Any
 
 import kopf
@@ -139,7 +140,6 @@ def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_watch_event_handlers_are_coroutines() -> None:
     # kopf runs plain functions in a thread pool: one hop per watch event, per status write per cycle.
-    import inspect
 
     for handler in (
         handlers.node_index,

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from variant_autoscaler.adapters.inventory import node_gpus
+from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.cli import main
+from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.planner import OptimizerPlanner, PlanOutcome, PlanRequest
 from variant_autoscaler.sim.optimizing import NAMESPACE, ModelLoad, ours_policy
 from variant_autoscaler.sim.scenarios import load_bundled
@@ -187,9 +189,6 @@ def test_the_operator_the_simulator_and_plan_decide_alike(
 def test_with_the_forecast_the_operator_and_the_simulator_still_decide_alike(
     scenario: str, scale: float
 ) -> None:
-    from variant_autoscaler.api.config import MainConfig
-    from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
-
     sc = load_bundled(scenario)
     policy = ours_policy(sc)
     loads = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,6 @@ async def test_bearer_token_and_token_file(tmp_path: Path) -> None:
     client = _client(handler, token_path=str(token))
     await client.query("up")
     token.write_text("second-rotated")
-    import os
 
     os.utime(token, (NOW + 10, NOW + 10))
     await client.query("up")

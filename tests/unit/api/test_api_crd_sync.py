@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import yaml
 
@@ -157,7 +158,6 @@ def test_the_diff_notices_a_difference() -> None:
 
 def test_the_crds_cel_rules_are_mirrored_by_the_model() -> None:
     # jsonschema does not run CEL; the API server does (tests/integration/test_wva_generations.py).
-    import pydantic
 
     spec = _crd_version(_crd())["schema"]["openAPIV3Schema"]["properties"]["spec"]
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]

@@ -4,6 +4,8 @@ ConfigMaps as shipped in tests/data/wva-generations, the keys and defaults, over
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import pytest
@@ -78,9 +80,6 @@ def test_unknown_keys_and_unreadable_values_are_reported_never_fatal_and_logged_
 
 
 def test_every_key_parse_main_config_reads_is_a_known_key() -> None:
-    import inspect
-    import re
-
     source = inspect.getsource(main.parse_main_config)
     read = set(re.findall(r'\(cm, "([A-Z_]+)"', source)) | set(re.findall(r'cm\.get\("([A-Z_]+)"', source))
     assert read and read <= set(main.MAIN_CONFIG_KEYS)

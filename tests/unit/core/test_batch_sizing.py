@@ -33,6 +33,7 @@ from variant_autoscaler.core.analyzer import (
     Sizing,
     SizingOutcome,
     SizingRequest,
+    _SizingMemo,
     clear_sizing_memo,
     size_allocation,
     size_allocations,
@@ -507,8 +508,6 @@ def test_identical_requests_get_identical_answers_and_the_memo_changes_nothing()
 
 
 def test_the_memo_is_a_bounded_lru() -> None:
-    from variant_autoscaler.core.analyzer import _SizingMemo
-
     memo = _SizingMemo(limit=2)
     memo.update([((1.0,), 1.0), ((2.0,), "unreachable")])
     assert memo.get((1.0,)) == 1.0  # now the most recent

@@ -9,7 +9,13 @@ import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
 from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms, TargetPerf
-from variant_autoscaler.core.tail import TailModel, TailTargets, size_tail_allocation
+from variant_autoscaler.core.tail import (
+    TailModel,
+    TailSizingRequest,
+    TailTargets,
+    size_tail_allocation,
+    size_tail_allocations,
+)
 from variant_autoscaler.core.workload import (
     Burstiness,
     RequestLengths,
@@ -237,8 +243,6 @@ def test_size_tail_allocation_is_shaped_like_size_allocation() -> None:
 
 
 def test_the_batch_form_answers_each_request_in_order() -> None:
-    from variant_autoscaler.core.tail import TailSizingRequest, size_tail_allocations
-
     load = Load(600.0, 512.0, 256.0)
     ok = TailSizingRequest("A100", 40.0, 1, A100, 64, load, SLO(ttft=1000.0, itl=50.0, attainment=99.0))
     bad = TailSizingRequest("A100", 40.0, 1, A100, 64, load, SLO(ttft=10.0, itl=50.0, attainment=99.0))

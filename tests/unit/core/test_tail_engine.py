@@ -15,8 +15,10 @@ import pytest
 
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.tail import RequestLengths, TailModel, TokenLengths, burstiness_from_times
+from vllm_emulator.costmodel import from_profile
 from vllm_emulator.engine import Engine, EngineConfig
 from vllm_emulator.engine import Profile as EngineProfile
+from vllm_emulator.engine_v1 import V1Config, V1Engine
 
 A100 = ServiceParms(alpha=20.58, beta=0.41, gamma=20.58, delta=0.041)
 REQUESTS = 15_000
@@ -76,9 +78,6 @@ def test_predicted_p95_and_p99_ttft_are_within_20_percent(
 
 
 def _ttft_v1(parms: ServiceParms, batch: int, times: Any, ins: Any, outs: Any, context: int) -> Any:
-    from vllm_emulator.costmodel import from_profile
-    from vllm_emulator.engine_v1 import V1Config, V1Engine
-
     engine = V1Engine(
         V1Config(
             cost=from_profile(parms.alpha, parms.beta, parms.gamma, parms.delta, context_tokens=context),

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from variant_autoscaler.cli import main
+from variant_autoscaler.sim.runner import EXPERIMENTS, POLICY_NAMES
 from variant_autoscaler.sim.scenarios import BUNDLED
 
 
@@ -101,8 +102,6 @@ def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_unknown_policies_name_every_valid_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from variant_autoscaler.sim.runner import EXPERIMENTS, POLICY_NAMES
-
     assert main(["simulate", "-f", str(small_file(tmp_path)), "--policies", "ours,magic"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

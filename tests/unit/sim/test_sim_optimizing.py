@@ -9,10 +9,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.optimizing import (
     NAMESPACE,
+    ModelLoad,
+    OptimizerPlanner,
+    OptimizerPolicy,
     OraclePolicy,
     future_loads,
     observed_loads,
@@ -21,6 +27,7 @@ from variant_autoscaler.sim.optimizing import (
     plan_inputs,
     wva_policy,
 )
+from variant_autoscaler.sim.runner import make_policy
 from variant_autoscaler.sim.scenario import (
     Accelerator,
     ModelSpec,
@@ -248,8 +255,6 @@ def test_ours_end_to_end_with_the_stand_in_planner() -> None:
 
 
 def test_optimizer_planner_splits_a_share_group_and_keeps_accelerators() -> None:
-    from variant_autoscaler.sim.optimizing import ModelLoad, OptimizerPlanner, OptimizerPolicy
-
     sc = two_variants([1.0])
     policy = OptimizerPolicy(
         sc,
@@ -285,10 +290,6 @@ def test_optimizer_planner_splits_a_share_group_and_keeps_accelerators() -> None
 
 
 def test_optimizer_planner_reproduces_wva_sizing() -> None:
-    from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
-    from variant_autoscaler.core.queueing import ServiceParms
-    from variant_autoscaler.sim.optimizing import ModelLoad, OptimizerPlanner
-
     sc = two_variants([1.0])
     policy = wva_policy(sc, planner=OptimizerPlanner())
     out = policy.plan({"m": ModelLoad(900.0, 100.0, 11.0)}, {"va": 1, "vh": 1}, {"A100": 4, "H100": 4})
@@ -322,9 +323,6 @@ def test_forecast_adds_the_rise_only() -> None:
 
 
 def test_experiment_names() -> None:
-    from variant_autoscaler.errors import ConfigError
-    from variant_autoscaler.sim.runner import make_policy
-
     sc = two_variants([1.0])
     assert make_policy("ours@0.5", sc, {}).name == "ours@0.5"
     assert make_policy("ours+trend", sc, {}).name == "ours+trend"

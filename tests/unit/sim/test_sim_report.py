@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from variant_autoscaler.sim.plots import plot_report
 from variant_autoscaler.sim.policies import StaticPolicy
 from variant_autoscaler.sim.report import (
     TIER_DROPPED,
@@ -122,8 +123,6 @@ def test_report_from_a_run_is_valid_json(tmp_path: Path) -> None:
 
 
 def test_plots_are_written(tmp_path: Path) -> None:
-    from variant_autoscaler.sim.plots import plot_report
-
     times = [0.5 + k for k in range(30)]
     sc = one_model(times, replicas=1, duration=40.0)
     r = simulate(sc, StaticPolicy({"v": 1}), server_factory=fake_factory())

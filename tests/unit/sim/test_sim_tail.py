@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from variant_autoscaler.errors import ConfigError
-from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
+from variant_autoscaler.planner import OptimizerPlanner, PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.config import parse_scenario
 from variant_autoscaler.sim.observe import ModelView, Observation, VariantView, token_buckets
 from variant_autoscaler.sim.optimizing import future_loads, future_workloads, ours_policy, plan_inputs
@@ -114,8 +114,6 @@ class Recording:
     """The real planner, keeping every request it answered."""
 
     def __init__(self) -> None:
-        from variant_autoscaler.planner import OptimizerPlanner
-
         self.inner = OptimizerPlanner()
         self.requests: list[PlanRequest] = []
 
