@@ -1,10 +1,13 @@
-"""The demo's PNG: load, replicas and latency of every variant over time (matplotlib, Agg backend)."""
+"""The demo's PNG: load, replicas and latency of every variant over time (matplotlib)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
 
 __all__ = ["Sample", "plot"]
 
@@ -63,14 +66,12 @@ def plot(
     title: str,
 ) -> None:
     """Write the figure: one colour per variant; solid = measured/actual, dashed = predicted/desired."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True, constrained_layout=True)
+    # A Figure of its own, not pyplot's: no backend to choose, nothing kept open (savefig renders PNG
+    # with Agg).
+    fig = Figure(figsize=(11, 11), constrained_layout=True)
+    axes = fig.subplots(4, 1, sharex=True)
     load_ax, replica_ax, ttft_ax, itl_ax = axes
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (name, samples) in enumerate(series.items()):
         colour = colours[index % len(colours)]
         load_ax.step(*_series(samples, "offered_rpm"), where="post", color=colour, label=f"{name}: sent")
@@ -122,4 +123,3 @@ def plot(
     fig.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)

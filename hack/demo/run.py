@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from types import FrameType
 from typing import Any
 
 import yaml
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from demo.live import LiveTable, Row
 from demo.manifests import emulator_variant, variant_autoscaling, wva_hpa
@@ -238,8 +241,6 @@ class Observer:
     """Reads what the table and plot show: VariantAutoscaling status, Deployments, load figures."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        from kubernetes import client
-
         api = cluster.api_client()
         self.custom: Any = client.CustomObjectsApi(api)
         self.apps: Any = client.AppsV1Api(api)
@@ -264,9 +265,6 @@ class Observer:
         """Per variant, the burst guard's scale-ups so far (the operator's own metrics endpoint)."""
         if metrics_port is None:
             return {}
-        import urllib.request
-
-        from prometheus_client.parser import text_string_to_metric_families
 
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as response:

@@ -23,6 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes import client
+from kubernetes import config as kube_config
+
 from localcluster import LocalCluster
 from localcluster.names import ENDPOINT_ANNOTATION
 from vllm_emulator.distributions import parse_distribution
@@ -158,9 +161,6 @@ class LoadDriver:
         segment_seconds: float = 4.0,
         seed: int = 1,
     ) -> None:
-        from kubernetes import client
-        from kubernetes import config as kube_config
-
         self.namespace = namespace
         self.deployments = tuple(deployments)
         self.model = model

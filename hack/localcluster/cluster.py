@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from kubernetes import client
+from kubernetes import config as kube_config
 
 from localcluster import adapter
 from localcluster.errors import ComponentFailedError, LocalClusterError
@@ -285,16 +287,12 @@ class LocalCluster:
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` authenticated as the admin (shared; closed by :meth:`stop`)."""
         if self._api_client is None:
-            from kubernetes import config as kube_config
-
             load: Any = kube_config.new_client_from_config  # the client's typing is partial
             self._api_client = load(config_file=str(self.admin_kubeconfig))
         return self._api_client
 
     def core_v1(self) -> Any:
         """A ``kubernetes.client.CoreV1Api`` on :meth:`api_client` (typed ``Any``: its hints are partial)."""
-        from kubernetes import client
-
         return client.CoreV1Api(self.api_client())
 
     def kubectl(
@@ -356,8 +354,6 @@ class LocalCluster:
         already bound are deleted (grace period 0) until none is left, so their controllers recreate
         them elsewhere at once instead of after the pod-GC's orphan quarantine.
         """
-        from kubernetes import client
-
         core = self.core_v1()
         with contextlib.suppress(client.ApiException):
             core.patch_node(name, {"spec": {"unschedulable": True}})
@@ -379,8 +375,6 @@ class LocalCluster:
         wait_until(drained, timeout=timeout, what=f"pods on node {name} to be deleted", interval=0.5)
 
     def wait_for_node_ready(self, name: str, timeout: float = 60.0) -> None:
-        from kubernetes import client
-
         core = self.core_v1()
 
         def ready() -> bool:
@@ -560,8 +554,6 @@ class LocalCluster:
     def _write_service_account_kubeconfig(
         self, namespace: str, name: str, path: Path | None = None, expiration_seconds: int = 86400
     ) -> Path:
-        from kubernetes import client
-
         core = self.core_v1()
         try:
             core.create_namespace({"metadata": {"name": namespace}})
@@ -653,8 +645,6 @@ class LocalCluster:
         self._wait_for_default_service_account(timeout)
 
     def _node_ready(self, name: str) -> bool:
-        from kubernetes import client
-
         try:
             node = self.core_v1().read_node(name)
         except client.ApiException:
@@ -663,8 +653,6 @@ class LocalCluster:
 
     def _wait_for_default_service_account(self, timeout: float) -> None:
         """The serviceaccount controller creates `default` in every namespace; pods need it to be admitted."""
-        from kubernetes import client
-
         core = self.core_v1()
 
         def exists() -> bool:

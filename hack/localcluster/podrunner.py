@@ -46,6 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client import ApiException, V1DeleteOptions
+
 from localcluster.names import ENDPOINT_ANNOTATION, OWN_PREFIX, RUN_LABEL
 from localcluster.net import LOOPBACK, free_port, http_get, tcp_open
 from localcluster.procs import PidRecord, die_with_parent, proc_start_time
@@ -229,7 +233,6 @@ class PodRunner:
             process.pidfile.unlink(missing_ok=True)
             self._log(f"{process.key}: terminated")
         self.processes.pop(meta.uid, None)
-        from kubernetes.client import ApiException, V1DeleteOptions
 
         try:  # the kubelet's last step: the pod object goes
             self.core.delete_namespaced_pod(
@@ -358,8 +361,6 @@ class PodRunner:
 
     # ------------------------------------------------------------------------------------ helpers
     def _annotate(self, process: PodProcess, value: str) -> None:
-        from kubernetes.client import ApiException
-
         body = {"metadata": {"annotations": {ENDPOINT_ANNOTATION: value}}}
         try:
             self.core.patch_namespaced_pod(process.name, process.namespace, body)
@@ -411,8 +412,6 @@ class PodRunner:
         return None  # resourceFieldRef and others: not meaningful for a local process
 
     def _config_map(self, namespace: str, name: str, optional: bool | None) -> dict[str, str]:
-        from kubernetes.client import ApiException
-
         try:
             return dict(self.core.read_namespaced_config_map(name, namespace).data or {})
         except ApiException as error:
@@ -421,8 +420,6 @@ class PodRunner:
             raise LookupError(f"ConfigMap {namespace}/{name}: {error.status} {error.reason}") from None
 
     def _secret(self, namespace: str, name: str, optional: bool | None) -> dict[str, str]:
-        from kubernetes.client import ApiException
-
         try:
             data = self.core.read_namespaced_secret(name, namespace).data or {}
         except ApiException as error:
@@ -475,9 +472,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pid-dir", required=True, type=Path)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between reconciliations")
     args = parser.parse_args(argv)
-
-    from kubernetes import client
-    from kubernetes import config as kube_config
 
     load: Any = kube_config.new_client_from_config  # the client's typing is partial
     api = load(config_file=str(args.kubeconfig))

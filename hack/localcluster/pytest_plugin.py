@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from localcluster.cluster import ClusterOptions, LocalCluster, Profile, wait_for
 from localcluster.gpu import VENDOR_DOMAINS
@@ -100,8 +101,6 @@ def prometheus_ca_file(full_cluster: LocalCluster) -> Path | None:
 
 
 def _fresh_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    from kubernetes import client
-
     base = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
     core = cluster.core_v1()

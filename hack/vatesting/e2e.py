@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from demo.manifests import emulator_variant, variant_autoscaling, wva_hpa
 from demo.traffic import INSTANCE_LABEL, LoadDriver, PhaseStats, Slo, serving_urls
 from localcluster import LocalCluster, wait_for
@@ -211,8 +213,6 @@ class Kube:
     """Typed-enough reads of the objects the scenarios look at (admin client of the cluster)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        from kubernetes import client
-
         self.cluster = cluster
         api = cluster.api_client()
         self.core: Any = client.CoreV1Api(api)
