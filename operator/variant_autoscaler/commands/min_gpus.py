@@ -39,6 +39,9 @@ from variant_autoscaler.core.tail import (
     burstiness_from_times,
 )
 from variant_autoscaler.errors import ConfigError, InfeasibleError, ModelError
+from variant_autoscaler.sim.traffic import TraceTraffic, read_trace
+from vllm_emulator.engine import Engine, EngineConfig
+from vllm_emulator.engine import Profile as EngineProfile
 
 __all__ = ["Interval", "min_replicas", "plan_trace", "register", "run"]
 
@@ -212,8 +215,6 @@ def _targets(args: argparse.Namespace) -> TailTargets:
 
 
 def run(args: argparse.Namespace) -> int:
-    from variant_autoscaler.sim.traffic import TraceTraffic, read_trace
-
     for name in ("interval", "context", "speedup", "rate_scale", "peak_window"):
         if not getattr(args, name) > 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be > 0")
@@ -258,9 +259,6 @@ def verify(
 ) -> dict[str, float]:
     """Replay the trace through the emulator's engine with each interval's replicas ready at once
     (least-loaded routing; replicas taken away finish what they hold): the shares measured."""
-    from vllm_emulator.engine import Engine, EngineConfig
-    from vllm_emulator.engine import Profile as EngineProfile
-
     kv = args.kv_cache_tokens or 1 << 22
     config = EngineConfig(
         profile=EngineProfile(parms.alpha, parms.beta, parms.gamma, parms.delta),

@@ -43,10 +43,9 @@ from variant_autoscaler.errors import CollectionError, ConfigError, ModelError
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.errors import EmulatorError
 
-# httpx (which imports rich), prometheus_client's parser and the load generator are imported where the
-# sweep runs: at module level they made importing this module cost every `variant-autoscaler` command
-# 0.37-0.49 s at start-up, against 0.12 s without (perf_counter around the import, and -X importtime,
-# on the shared 2-core machine).
+# httpx, prometheus_client's parser and the load generator are imported where the sweep runs: the CLI
+# imports every command module to build its parser, and at module level they would add about 0.08 s to
+# every command's 0.5 s start (measured: docs/design.md, "Imports and start-up time").
 
 __all__ = ["Phase", "Sample", "design_sweep", "register", "render_entry", "run"]
 
@@ -175,7 +174,7 @@ _PREFILL = ("vllm:request_prefill_time_seconds", "vllm:time_to_first_token_secon
 
 def parse_metrics(text: str, model: str, t: float) -> Sample:
     """The quantities the sweep needs from one ``/metrics`` page, for ``model`` (summed over engines)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415  see above
 
     sums: dict[str, float] = {}
     gauges: dict[str, float] = {}
@@ -221,7 +220,7 @@ class _Server:
     """The server's metrics endpoint."""
 
     def __init__(self, url: str, model: str, api_key: str | None) -> None:
-        import httpx
+        import httpx  # noqa: PLC0415  see above
 
         self._errors: tuple[type[Exception], ...] = (httpx.HTTPError,)
         self.url = url
@@ -296,7 +295,7 @@ async def run_phase(
     server: _Server, target: str, model: str, phase: Phase, *, seed: int, api_key: str | None
 ) -> PhaseResult:
     """Keep the phase's concurrency in flight; measure after a settling time until its end."""
-    from vllm_emulator.loadgen import LoadSpec, run_load
+    from vllm_emulator.loadgen import LoadSpec, run_load  # noqa: PLC0415  see above
 
     settle = SETTLE_FRACTION * phase.seconds
     # Arrivals well above what the server can take, capped at the concurrency: a closed loop.
@@ -550,11 +549,11 @@ def render_report(results: list[PhaseResult], fit: SweepFit, max_batch: int, bat
 def plot_fit(path: Path, results: list[PhaseResult], fit: SweepFit, *, title: str) -> None:
     """Both lines with their points (needs matplotlib, the ``plot`` extra)."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415  optional: the plot extra
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'variant-autoscaler[plot]'") from None
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  optional, and after the backend is chosen
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, line, label, xlabel in (

@@ -17,6 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.sim.config import load_scenario, parse_duration
+from variant_autoscaler.sim.plots import plot_report
+from variant_autoscaler.sim.replica import max_model_len
+from variant_autoscaler.sim.report import build_report, write_report
+from variant_autoscaler.sim.runner import (
+    AGENTS,
+    EXPERIMENTS,
+    POLICY_NAMES,
+    PolicyOptions,
+    make_policy_known,
+    run_policies,
+)
+from variant_autoscaler.sim.scenarios import BUNDLED, bundled_text, load_bundled
+from variant_autoscaler.sim.simulator import scenario_arrivals
+from variant_autoscaler.sim.traffic import TraceTraffic, longer_than
 
 if TYPE_CHECKING:
     from variant_autoscaler.sim.scenario import Scenario
@@ -25,9 +40,6 @@ __all__ = ["check_policies", "format_table", "register", "run", "scenario_notes"
 
 
 def register(subparsers: Any) -> None:
-    from variant_autoscaler.sim.runner import POLICY_NAMES
-    from variant_autoscaler.sim.scenarios import BUNDLED
-
     p: argparse.ArgumentParser = subparsers.add_parser(
         "simulate",
         help="compare autoscaling policies on a simulated cluster (cost, SLO attainment)",
@@ -96,8 +108,6 @@ def format_table(report: dict[str, Any]) -> str:
 
 def check_policies(names: list[str]) -> None:
     """:class:`ConfigError` naming every valid policy unless each of ``names`` is one."""
-    from variant_autoscaler.sim.runner import AGENTS, EXPERIMENTS, POLICY_NAMES, make_policy_known
-
     if not names:
         raise ConfigError(f"--policies: name at least one of {', '.join((*POLICY_NAMES, *EXPERIMENTS))}")
     for name in names:
@@ -111,10 +121,6 @@ def check_policies(names: list[str]) -> None:
 def scenario_notes(scenario: Scenario) -> list[str]:
     """What a user should know before a run: requests no replica accepts (longer than ``maxModelLen`` or
     the KV cache: they will be dropped), and traces that end before the run does."""
-    from variant_autoscaler.sim.replica import max_model_len
-    from variant_autoscaler.sim.simulator import scenario_arrivals
-    from variant_autoscaler.sim.traffic import TraceTraffic, longer_than
-
     notes: list[str] = []
     arrivals = scenario_arrivals(scenario)
     for model in scenario.models:
@@ -149,11 +155,6 @@ def _span(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from variant_autoscaler.sim.config import load_scenario, parse_duration
-    from variant_autoscaler.sim.report import build_report, write_report
-    from variant_autoscaler.sim.runner import PolicyOptions, run_policies
-    from variant_autoscaler.sim.scenarios import BUNDLED, bundled_text, load_bundled
-
     if args.list_scenarios:
         for name in BUNDLED:
             scenario = load_bundled(name)
@@ -182,8 +183,6 @@ def run(args: argparse.Namespace) -> int:
     results = run_policies(scenario, names, jobs=args.jobs, options=options)
     report = build_report(results, with_timeseries=not args.no_timeseries or args.plots is not None)
     if args.plots is not None:
-        from variant_autoscaler.sim.plots import plot_report
-
         for path in plot_report(report, args.plots):
             print(f"wrote {path}", file=sys.stderr)
     if args.no_timeseries:

@@ -29,13 +29,16 @@ from gymnasium import spaces
 
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.cluster import RunResult, scenario_arrivals
+from variant_autoscaler.sim.config import load_scenario
 from variant_autoscaler.sim.episodes import EpisodeConfig, draw_episode
 from variant_autoscaler.sim.features import FEATURES, UNBOUNDED, Encoder, upper_bounds
 from variant_autoscaler.sim.observe import Action, Observation
 from variant_autoscaler.sim.policies import Policy
-from variant_autoscaler.sim.replica import ServerFactory
+from variant_autoscaler.sim.replica import ServerFactory, engine_server
 from variant_autoscaler.sim.report import summarize
+from variant_autoscaler.sim.runner import make_policy
 from variant_autoscaler.sim.scenario import Scenario
+from variant_autoscaler.sim.scenarios import BUNDLED, load_bundled
 from variant_autoscaler.sim.scoring import RewardConfig, StepScore, StepScorer, episode_return, recovery_times
 from variant_autoscaler.sim.simulator import Simulation
 from variant_autoscaler.sim.traffic import Arrivals
@@ -62,12 +65,8 @@ class _External(Policy):
 def _template(scenario: Scenario | str) -> Scenario:
     if isinstance(scenario, Scenario):
         return scenario
-    from variant_autoscaler.sim.scenarios import BUNDLED, load_bundled
-
     if scenario in BUNDLED:
         return load_bundled(scenario)
-    from variant_autoscaler.sim.config import load_scenario
-
     return load_scenario(Path(scenario))
 
 
@@ -189,8 +188,6 @@ class VariantAutoscalerEnv(gym.Env[ObsType, npt.NDArray[np.int64]]):
                 self.policy.interval_s = self.interval_s  # a static policy: decisions that change nothing
         else:
             self.policy = _External(self.interval_s)
-        from variant_autoscaler.sim.replica import engine_server
-
         self.sim = Simulation(scenario, self.policy, self.server_factory or engine_server, self.arrivals)
         self.sim.begin()
         self._scorer = StepScorer(self.sim, self.reward_config)
@@ -295,8 +292,6 @@ class PolicyAgent:
 
     def __init__(self, policy: str | PolicyFactory) -> None:
         if isinstance(policy, str):
-            from variant_autoscaler.sim.runner import make_policy
-
             name = policy
 
             def factory(scenario: Scenario, arrivals: Mapping[str, Arrivals]) -> Policy:

@@ -18,13 +18,13 @@ __all__ = ["plot_report"]
 
 def _pyplot() -> Any:
     try:
-        import matplotlib
+        import matplotlib  # noqa: PLC0415  optional: the plot extra
     except ImportError:
         raise ConfigError(
             "plots need matplotlib: pip install 'variant-autoscaler[plot]' (or leave out --plots)"
         ) from None
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415  optional, and after the backend is chosen
 
     return plt
 

@@ -8,7 +8,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from variant_autoscaler.core.saturation import V1Params, V2Params
 from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.sim.agent import AgentPolicy, load_agent
+from variant_autoscaler.sim.optimizing import OraclePolicy, ours_policy, peak_allocation, wva_policy
 from variant_autoscaler.sim.policies import (
     HpaSettings,
     Policy,
@@ -82,7 +85,6 @@ def make_policy(
         return ThresholdPolicy(
             HpaSettings(metric="kv", threshold=opts.hpa_kv_threshold, max_replicas=opts.hpa_max_replicas)
         )
-    from variant_autoscaler.sim.optimizing import OraclePolicy, ours_policy, peak_allocation, wva_policy
 
     if (tuned := _tuned(name)) is not None:
         return _tuned_policy(scenario, name, *tuned, opts)
@@ -104,8 +106,6 @@ def make_policy(
     if name == "oracle":
         return OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
     if _is_agent(name):
-        from variant_autoscaler.sim.agent import AgentPolicy, load_agent
-
         return AgentPolicy(scenario, load_agent(name.partition(":")[2] or None), name=name)
     if (variant := _ablation(name)) is not None:
         sizing, forecast, guard = variant
@@ -142,9 +142,6 @@ def _tuned(name: str) -> tuple[str, float] | None:
 
 
 def _tuned_policy(scenario: Scenario, name: str, base: str, value: float, opts: PolicyOptions) -> Policy:
-    from variant_autoscaler.core.saturation import V1Params, V2Params
-    from variant_autoscaler.sim.optimizing import wva_policy
-
     if base in ("hpa-waiting", "hpa-kv"):
         metric: Literal["waiting", "kv"] = "waiting" if base == "hpa-waiting" else "kv"
         return ThresholdPolicy(
@@ -264,8 +261,6 @@ def checked_oracle(
     highest attainment stands. The level chosen and the levels tried are in ``series["notes"]``.
     Scenarios without attainment targets: one run.
     """
-    from variant_autoscaler.sim.optimizing import OraclePolicy
-
     opts = options or PolicyOptions()
     tail = [m for m in scenario.models if m.tail_slo and m.slo_attainment > 0]
     if not tail:

@@ -51,7 +51,7 @@ from variant_autoscaler.sim.cluster import (
     scenario_arrivals,
 )
 from variant_autoscaler.sim.observe import Action, ModelView, Observation, PolicyContext, VariantView
-from variant_autoscaler.sim.replica import Completion, ServerFactory
+from variant_autoscaler.sim.replica import Completion, ServerFactory, engine_server
 from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.traffic import Arrivals
 
@@ -830,11 +830,5 @@ def simulate(
     arrivals: Mapping[str, Arrivals] | None = None,
 ) -> RunResult:
     """Run ``policy`` over ``scenario``; replicas are emulator engines unless a factory is given."""
-    factory: ServerFactory
-    if server_factory is None:
-        from variant_autoscaler.sim.replica import engine_server
-
-        factory = engine_server
-    else:
-        factory = server_factory
+    factory = engine_server if server_factory is None else server_factory
     return Simulation(scenario, policy, factory, arrivals).run()

@@ -36,7 +36,9 @@ import numpy as np
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.agent import PARAMETERS, AgentParams, Controller
 from variant_autoscaler.sim.episodes import EpisodeConfig
+from variant_autoscaler.sim.gym_env import VariantAutoscalerEnv, _no_trace
 from variant_autoscaler.sim.scoring import RewardConfig
+from variant_autoscaler.sim.traffic import read_trace
 
 __all__ = ["TRAIN_TRACE_RANGE_S", "EpisodeRun", "evaluate", "main", "make_env", "run_agent_episode"]
 
@@ -73,9 +75,6 @@ def make_env(
 ) -> Any:
     """The environment the agent trains (and is evaluated) in: ``target`` actions, episodes of the
     template with randomised traffic and faults (trace windows too when a trace is given)."""
-    from variant_autoscaler.sim.gym_env import VariantAutoscalerEnv, _no_trace
-    from variant_autoscaler.sim.traffic import read_trace
-
     trace = read_trace(trace_path) if trace_path is not None else None
     if shapes is None:
         shapes = _no_trace()

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
 from variant_autoscaler.errors import ConfigError
 
 
@@ -21,9 +24,6 @@ class Credentials:
 
 def load_credentials(kubeconfig: str | None = None, context: str | None = None) -> Credentials:
     """In-cluster ServiceAccount credentials when running in a pod, else the kubeconfig."""
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-
     cfg = k8s_client.Configuration()
     try:
         if kubeconfig is None and context is None:

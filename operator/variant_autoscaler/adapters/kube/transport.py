@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
+import httpx
 import orjson
 
 from variant_autoscaler.adapters.kube.credentials import Credentials
@@ -146,7 +147,6 @@ class CallableTransport:
     @classmethod
     def from_httpx(cls, handler: Callable[[Any], Any]) -> CallableTransport:
         """Wrap a handler written against ``httpx.Request -> httpx.Response``."""
-        import httpx
 
         def call(
             method: str,
