@@ -2,7 +2,9 @@
 ``profile``.
 
 Each sub-command lives in :mod:`variant_autoscaler.commands` as a module exposing
-``register(subparsers)``, which adds its parser and sets ``func`` (``args -> exit code``).
+``register(subparsers)``, which adds its parser and sets ``func`` (``args -> exit code``). Only the
+module of the command named is imported; ``--help``, ``--version`` and a command that does not exist
+import them all (the start-up figures are in docs/design.md, "Imports and start-up time").
 
 Bad input never ends in a traceback: a bad flag or value, and any :class:`VariantAutoscalerError` a
 command raises, exit 2 with one line on stderr. Anything else is a bug: one line, exit 1 (the traceback
@@ -35,14 +37,15 @@ def _one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every sub-command, or only ``command``'s when it is one of :data:`COMMANDS`."""
     parser = _Parser(
         prog="variant-autoscaler",
         description="SLO- and cost-aware autoscaler for LLM inference servers on Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in (command,) if command in COMMANDS else COMMANDS:
         try:
             module = importlib.import_module(f"variant_autoscaler.commands.{name}")
         except ModuleNotFoundError as exc:  # a command not built yet in this checkout
@@ -53,8 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _module_of(command: str) -> str | None:
+    """The module of a command as typed (``min-gpus`` is ``min_gpus``), or None."""
+    module = command.replace("-", "_")
+    return module if module in COMMANDS and command == module.replace("_", "-") else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_module_of(argv[0]) if argv else None)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

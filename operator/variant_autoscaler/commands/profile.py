@@ -35,17 +35,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from variant_autoscaler import USER_AGENT
 from variant_autoscaler.core.profiling import SweepFit, SweepPoint, fit_sweep
 from variant_autoscaler.errors import CollectionError, ConfigError, ModelError
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.errors import EmulatorError
-
-# httpx, prometheus_client's parser and the load generator are imported where the sweep runs: the CLI
-# imports every command module to build its parser, and at module level they would add about 0.08 s to
-# every command's 0.5 s start (measured: docs/design.md, "Imports and start-up time").
+from vllm_emulator.loadgen import LoadSpec, run_load
 
 __all__ = ["Phase", "Sample", "design_sweep", "register", "render_entry", "run"]
 
@@ -174,8 +173,6 @@ _PREFILL = ("vllm:request_prefill_time_seconds", "vllm:time_to_first_token_secon
 
 def parse_metrics(text: str, model: str, t: float) -> Sample:
     """The quantities the sweep needs from one ``/metrics`` page, for ``model`` (summed over engines)."""
-    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415  see above
-
     sums: dict[str, float] = {}
     gauges: dict[str, float] = {}
     max_num_seqs: int | None = None
@@ -220,8 +217,6 @@ class _Server:
     """The server's metrics endpoint."""
 
     def __init__(self, url: str, model: str, api_key: str | None) -> None:
-        import httpx  # noqa: PLC0415  see above
-
         self._errors: tuple[type[Exception], ...] = (httpx.HTTPError,)
         self.url = url
         self.model = model
@@ -295,8 +290,6 @@ async def run_phase(
     server: _Server, target: str, model: str, phase: Phase, *, seed: int, api_key: str | None
 ) -> PhaseResult:
     """Keep the phase's concurrency in flight; measure after a settling time until its end."""
-    from vllm_emulator.loadgen import LoadSpec, run_load  # noqa: PLC0415  see above
-
     settle = SETTLE_FRACTION * phase.seconds
     # Arrivals well above what the server can take, capped at the concurrency: a closed loop.
     rate = max(100.0, 20.0 * phase.concurrency)

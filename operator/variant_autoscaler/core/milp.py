@@ -133,7 +133,7 @@ class _Model:
         return index
 
     def matrix(self) -> sparse.csr_array:
-        from scipy import sparse  # noqa: PLC0415  scipy: +0.3 s per CLI start
+        from scipy import sparse  # noqa: PLC0415  scipy: +0.3 s on `--help`
 
         return sparse.csr_array(
             (np.asarray(self.vals, dtype=float), (np.asarray(self.rows), np.asarray(self.cols))),
@@ -246,7 +246,7 @@ def _solve(
     gap: float,
     time_limit: float,
 ) -> tuple[npt.NDArray[np.float64] | None, int, float | None]:
-    from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415  scipy: +0.3 s per CLI start
+    from scipy.optimize import Bounds, LinearConstraint, milp  # noqa: PLC0415  scipy: +0.3 s on `--help`
 
     constraints = [LinearConstraint(model.matrix(), np.asarray(model.row_lo), np.asarray(model.row_hi))]
     constraints.extend(extra)
@@ -329,7 +329,7 @@ def _level_rows(
         lo.append(served * (1.0 - _SERVED_TOLERANCE) - 1e-9)
     if not lo:
         return None
-    from scipy import sparse  # noqa: PLC0415  scipy: +0.3 s per CLI start
+    from scipy import sparse  # noqa: PLC0415  scipy: +0.3 s on `--help`
     from scipy.optimize import LinearConstraint  # noqa: PLC0415  as above
 
     matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), len(model.lb)))

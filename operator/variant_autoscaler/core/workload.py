@@ -169,7 +169,7 @@ class TokenLengths:
     @classmethod
     def lognormal(cls, mean: float, cv: float, *, low: float = 1.0, high: float = math.inf) -> TokenLengths:
         """A log-normal length with that mean and coefficient of variation, clipped to ``[low, high]``."""
-        from scipy.special import ndtri  # noqa: PLC0415  0.15 s on every CLI command; only log-normal lengths
+        from scipy.special import ndtri  # noqa: PLC0415  +0.15 s on `min-gpus`, `--help`
 
         m, c = _number("mean", mean, 1e-9), _number("cv", cv, 1e-9)
         sigma = math.sqrt(math.log1p(c * c))

@@ -453,7 +453,7 @@ class QueueAnalyzer:
         and ``Q(a, y)`` the regularized upper incomplete gamma function. At ``t = 0`` it is the
         probability of finding the batch full.
         """
-        from scipy.special import gammaincc  # noqa: PLC0415  0.15 s on `analyze`; only percentile targets
+        from scipy.special import gammaincc  # noqa: PLC0415  +0.15 s on `analyze`; percentiles only
 
         q = self.max_queue_size
         lam = pt[_LAM]
