@@ -64,6 +64,9 @@ def _module_of(command: str) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # as argparse would print it, without importing every command's module
+        print(f"variant-autoscaler {__version__}")
+        return 0
     parser = build_parser(_module_of(argv[0]) if argv else None)
     args = parser.parse_args(argv)
     try:

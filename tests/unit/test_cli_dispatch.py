@@ -7,6 +7,7 @@ import argparse
 
 import pytest
 
+from variant_autoscaler import __version__
 from variant_autoscaler.cli import COMMANDS, _module_of, build_parser, main
 
 pytestmark = pytest.mark.unit
@@ -40,3 +41,12 @@ def test_a_mistyped_command_is_told_every_command(capsys: pytest.CaptureFixture[
     assert err.count("\n") == 1
     for name in COMMANDS:
         assert repr(name.replace("_", "-")) in err
+
+
+def test_version_is_answered_alone_and_as_argparse_would(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    alone = capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == alone == f"variant-autoscaler {__version__}\n"
