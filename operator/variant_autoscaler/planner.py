@@ -29,6 +29,7 @@ from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.v1alpha1 import DEFAULT_VARIANT_COST, ModelProfile, VariantAutoscaling
 from variant_autoscaler.core.analyzer import Load
 from variant_autoscaler.core.decision import VariantPlan
+from variant_autoscaler.core.kvcache import KVCache, batch_ceiling
 from variant_autoscaler.core.model import (
     DEFAULT_PRIORITY,
     AcceleratorType,
@@ -124,6 +125,9 @@ class PlannedVariant:
     * ``ahead_rpm``: the forecast of its model's demand over "start-up + one interval" (req/min, the
       same total as ``load``; None: no forecast). A class with attainment or percentile targets is
       planned for it where it is above the load; a class that states means keeps WVA's numbers.
+    * ``kv_cache``: the KV cache of one replica on its current accelerator, as its pods export it
+      (``vllm:cache_config_info``; None: unknown). With it the batch on that accelerator is at most
+      what the cache holds for the load's lengths (:func:`~variant_autoscaler.core.kvcache.batch_ceiling`).
     """
 
     key: VariantKey
@@ -145,6 +149,7 @@ class PlannedVariant:
     default_slo: ModelTarget | None = None
     workload: Workload | None = None
     ahead_rpm: float | None = None
+    kv_cache: KVCache | None = None
 
     @property
     def held(self) -> bool:
@@ -343,6 +348,7 @@ class OptimizerPlanner:
         failures: dict[VariantKey, str] = {}
         no_slo: set[VariantKey] = set()
         ahead: set[VariantKey] = set()
+        kv_notes: dict[VariantKey, tuple[str, str]] = {}
         for v in request.variants:
             if not v.sized_by_model:
                 continue  # sized by saturation, below
@@ -367,13 +373,14 @@ class OptimizerPlanner:
                 if v.ahead_rpm is not None and v.load is not None and v.ahead_rpm > rpm:
                     how[v.key] += f"; planned for the forecast {v.ahead_rpm:.4g} req/min"
                     rpm = v.ahead_rpm
+            profiles, max_batch, capped = _kv_capped(v)
             try:
                 variant = VariantInput(
                     name=v.key[1],
                     namespace=v.key[0],
                     model_id=v.model_id,
                     service=service,
-                    profiles=v.profiles,
+                    profiles=profiles,
                     load=None
                     if v.load is None
                     else Load(rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens),
@@ -382,7 +389,7 @@ class OptimizerPlanner:
                     min_replicas=v.min_replicas,
                     max_replicas=v.max_replicas,
                     keep_accelerator=v.keep_accelerator,
-                    max_batch_size=v.max_batch,
+                    max_batch_size=max_batch,
                     share_load=v.share_group is not None,
                     replica_cost=v.variant_cost,
                     workload=replace(
@@ -394,6 +401,8 @@ class OptimizerPlanner:
                 continue
             inputs.append(variant)
             keys[variant.key] = v.key
+            if capped is not None:
+                kv_notes[v.key] = capped
         plan = optimize(
             inputs, request.accelerators, request.optimizer, request.capacity, clock=time.perf_counter
         )
@@ -404,6 +413,9 @@ class OptimizerPlanner:
             if d.outcome in (Outcome.INFEASIBLE, Outcome.HELD):
                 failures[key] = d.reason
                 continue
+            note = kv_notes.get(key)
+            if note is not None and d.accelerator == note[0]:
+                how[key] += f"; {note[1]}"
             reason = f"{d.reason} [{how[key]}]"
             if d.outcome is not Outcome.FULL:
                 reason = f"{d.outcome.value}: {reason}"
@@ -432,6 +444,41 @@ class OptimizerPlanner:
             ahead=frozenset(ahead),
             room=_room(inputs, keys, request, plan),
         )
+
+
+def _kv_capped(v: PlannedVariant) -> tuple[tuple[Profile, ...], int | None, tuple[str, str] | None]:
+    """The variant's profiles and batch override with its current accelerator's batch capped by what
+    its KV cache holds for the load's lengths; and (that accelerator, the reason's note) when the cap
+    binds. Unknown capacity or lengths: as given."""
+    profile = next((p for p in v.profiles if p.accelerator == v.accelerator), None)
+    if v.load is None or profile is None:
+        return v.profiles, v.max_batch, None
+    lengths = v.workload.lengths if v.workload is not None else None
+    ceiling = batch_ceiling(
+        v.kv_cache,
+        v.load.avg_input_tokens,
+        v.load.avg_output_tokens,
+        output=lengths.output if lengths is not None else None,
+    )
+    top = v.max_batch if v.max_batch is not None else profile.max_batch_size
+    if ceiling is None or v.kv_cache is None or ceiling.batch >= top:
+        return v.profiles, v.max_batch, None
+    # The server-wide override moves into each profile, so that the cap holds on this accelerator only
+    # (another accelerator has another cache).
+    capped = tuple(
+        replace(
+            p,
+            max_batch_size=ceiling.batch
+            if p.accelerator == v.accelerator
+            else (v.max_batch if v.max_batch is not None else p.max_batch_size),
+        )
+        for p in v.profiles
+    )
+    note = (
+        f"batch capped at {ceiling.batch} (not {top}) by the KV cache: {v.kv_cache.tokens} tokens per "
+        f"replica, {ceiling.per_sequence:.0f} per running sequence on average"
+    )
+    return capped, None, (profile.accelerator, note)
 
 
 def _with_saturation(

@@ -1,0 +1,93 @@
+"""The planner caps a variant's batch by what its replicas' KV cache holds (core/kvcache.py): on its
+current accelerator only, said in the reason; an unknown cache changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from variant_autoscaler.api.config import parse_main_config
+from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.core.kvcache import KVCache, batch_ceiling
+from variant_autoscaler.planner import (
+    ObservedLoad,
+    OptimizerPlanner,
+    PlannedVariant,
+    PlanOutcome,
+    PlanRequest,
+    _kv_capped,
+    optimizer_config,
+)
+from vatesting.fakes import NS, load_yaml
+from vatesting.profiles import profile
+
+CLASSES: dict[str, str] = load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"]
+COSTS: dict[str, str] = load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"]
+LOAD = ObservedLoad(1200.0, 500.0, 200.0)
+SMALL = KVCache(num_gpu_blocks=500, block_size=16)  # 8000 tokens: about ten sequences of 700
+
+
+def _variant(**kw: object) -> PlannedVariant:
+    base = PlannedVariant(
+        key=(NS, "v"),
+        model_id="default/default",  # the Premium class of the shipped ConfigMap
+        profiles=(profile("A100", batch=64), profile("MI300X", batch=64)),
+        accelerator="A100",
+        current_replicas=1,
+        load=LOAD,
+        min_replicas=1,
+        max_replicas=None,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _plan(v: PlannedVariant) -> PlanOutcome:
+    return OptimizerPlanner().plan(
+        PlanRequest(
+            variants=(v,),
+            accelerators=parse_accelerator_costs(COSTS).accelerators,
+            classes=parse_service_classes(CLASSES),
+            optimizer=optimizer_config(parse_main_config({})),
+            capacity=None,
+        )
+    )
+
+
+def test_the_batch_is_capped_by_the_kv_cache_and_the_reason_says_so() -> None:
+    free = _plan(_variant()).decisions[(NS, "v")]
+    capped = _plan(_variant(kv_cache=SMALL)).decisions[(NS, "v")]
+    ceiling = batch_ceiling(SMALL, LOAD.avg_input_tokens, LOAD.avg_output_tokens)
+    assert ceiling is not None and ceiling.batch < 64
+    assert free.max_batch == 64 and capped.max_batch == ceiling.batch
+    note = f"batch capped at {ceiling.batch} (not 64) by the KV cache: 8000 tokens per replica"
+    assert note in capped.reason
+    # Fewer sequences per replica: more replicas for the same load.
+    assert capped.replicas > free.replicas
+
+
+def test_unknown_or_ample_capacity_changes_nothing() -> None:
+    free = _plan(_variant()).decisions[(NS, "v")]
+    for cache in (None, KVCache(num_gpu_blocks=100_000, block_size=16)):
+        assert _plan(_variant(kv_cache=cache)).decisions[(NS, "v")] == free
+    # No lengths measured (no traffic in the window): no ceiling either.
+    idle = ObservedLoad(0.0, 0.0, 0.0)
+    assert (
+        _plan(_variant(load=idle, kv_cache=SMALL)).decisions[(NS, "v")]
+        == _plan(_variant(load=idle)).decisions[(NS, "v")]
+    )
+
+
+def test_the_servers_max_num_seqs_is_capped_too_on_the_current_accelerator_only() -> None:
+    # The server runs --max-num-seqs 32 (the operator may not change it); another accelerator has
+    # another cache, so there the server's 32 stays.
+    v = _variant(kv_cache=SMALL, max_batch=32, keep_accelerator=False)
+    ceiling = batch_ceiling(SMALL, LOAD.avg_input_tokens, LOAD.avg_output_tokens)
+    assert ceiling is not None
+    profiles, override, note = _kv_capped(v)
+    assert {p.accelerator: p.max_batch_size for p in profiles} == {"A100": ceiling.batch, "MI300X": 32}
+    assert override is None and note is not None and note[0] == "A100"
+    d = _plan(v).decisions[(NS, "v")]
+    assert d.max_batch == (ceiling.batch if d.accelerator == "A100" else 32)
+    assert ("by the KV cache" in d.reason) == (d.accelerator == "A100")
+    # Not capped (the cache holds the server's batch): the override passes through as it was.
+    ample = _variant(kv_cache=KVCache(num_gpu_blocks=100_000, block_size=16), max_batch=32)
+    assert _kv_capped(ample) == (ample.profiles, 32, None)
