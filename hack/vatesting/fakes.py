@@ -302,11 +302,15 @@ class FakePrometheus:
         waiting: float = 0.0,
         blocks: int | None = None,
         block_size: int = 16,
+        preemptions: float | None = None,
     ) -> None:
-        """One serving pod's KV-cache usage and queue (the window's max), and its cache size."""
+        """One serving pod's KV-cache usage and queue (the window's max), its cache size, and its
+        preemptions per second (None: not exported)."""
         row = {"kv": kv, "waiting": waiting}
         if blocks is not None:
             row |= {"blocks": float(blocks), "block_size": float(block_size)}
+        if preemptions is not None:
+            row["preemptions"] = preemptions
         self.pods[(model, namespace, pod)] = row
 
     def set_profile_window(self, model: str, namespace: str, pod: str, **values: float) -> None:
@@ -345,7 +349,12 @@ class FakePrometheus:
                     }
                     result.append({"metric": labels, "value": [self.now, "1"]})
                 continue
-            value = row["kv"] if name == "pod_kv_usage" else row["waiting"]
+            if name == "pod_preemptions":
+                if "preemptions" not in row:
+                    continue
+                value = row["preemptions"]
+            else:
+                value = row["kv"] if name == "pod_kv_usage" else row["waiting"]
             labels = {"model_name": model, "namespace": ns, "pod": pod}
             result.append({"metric": labels, "value": [self.now, repr(value)]})
         return result

@@ -109,7 +109,7 @@ def test_wva_sample_gets_a_correct_status_and_a_load_change_changes_the_decision
         assert operator.metric("inferno_current_replicas", **labels) == 1
         queries = operator.metric("variant_autoscaler_promql_queries_last_cycle")
         # Load and latency, the saturation analyzers' inputs, and the profile learning's pod windows.
-        assert queries == QUERIES_PER_CYCLE + PROFILE_QUERIES == 18
+        assert queries == QUERIES_PER_CYCLE + PROFILE_QUERIES == 19
 
         # Six times the load: more replicas are wanted (metrics mode: the HPA would apply them).
         loads.pop().stop()

@@ -202,7 +202,7 @@ async def test_learning_off_queries_nothing_and_writes_no_learned_profile() -> N
     h.add_va()
     _serve(h, VA, 0)
     report = await h.engine.run_cycle()
-    assert report.promql_queries == 11  # the load and saturation queries only
+    assert report.promql_queries == 12  # the load and per-pod queries only
     assert "learnedProfile" not in h.status()
 
 
@@ -214,12 +214,12 @@ async def test_the_profile_queries_are_counted_and_fixed_whatever_the_number_of_
     _serve(h, "v0", 0)
     before = h.prom.queries
     report = await h.engine.run_cycle()
-    assert report.promql_queries == h.prom.queries - before == 11 + PROFILE_QUERIES
+    assert report.promql_queries == h.prom.queries - before == 12 + PROFILE_QUERIES
     # A cycle triggered early (a change) learns nothing: its window would overlap the last one's.
     h.advance(5.0)
     before = h.prom.queries
     await h.engine.run_cycle()
-    assert h.prom.queries - before == 11
+    assert h.prom.queries - before == 12
 
 
 async def test_with_a_refresh_interval_learning_continues_between_status_writes() -> None:

@@ -4,7 +4,8 @@ WVA issues six queries per VariantAutoscaling per cycle. Here every quantity is 
 ``by (model_name, namespace)``, so a cycle costs :data:`QUERIES_PER_CYCLE` queries however many variants
 exist. The quantities and the window are WVA's (``[1m]`` by default): completion rate, mean input and
 output tokens, mean TTFT and ITL. Two more queries read the waiting queue, because under overload the
-completion rate under-reads demand (see :func:`demand_rate`).
+completion rate under-reads demand (see :func:`demand_rate`). Four per-pod queries (still one each for
+every pod) read the KV-cache usage, the waiting queue, the KV-cache size and the preemption rate.
 
 Transport: httpx over HTTPS with a CA bundle, a client certificate, a bearer token or a token file
 (re-read when it changes, for rotated ServiceAccount tokens). Certificate verification is on unless the
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from variant_autoscaler import USER_AGENT
 from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.core.demand import demand_rate, fix_value
+from variant_autoscaler.core.kvcache import KVCache
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import CollectionError, ConfigError
 
@@ -81,14 +83,17 @@ _CAPACITY_LABELS = ("num_gpu_blocks", "block_size")
 
 
 def build_saturation_queries(window_seconds: float) -> dict[str, str]:
-    """Per-pod inputs of the saturation analyzers, each one query for every pod of every model: the
-    window's max of KV-cache usage and of the waiting queue (V1 and V2), and the KV-cache size (V2)."""
+    """Per-pod inputs of the saturation analyzers and of the KV-cache cap, each one query for every pod
+    of every model: the window's max of KV-cache usage and of the waiting queue (V1 and V2), the KV-cache
+    size (V2, and the batch ceiling: core/kvcache.py) and the rate of preemptions (requests evicted from
+    the KV cache to be recomputed: evidence that the pod runs over its cache)."""
     w = _window(window_seconds)
     return {
         "pod_kv_usage": f"max {_BY_POD} (max_over_time(vllm:kv_cache_usage_perc[{w}]))",
         "pod_waiting": f"max {_BY_POD} (max_over_time(vllm:num_requests_waiting[{w}]))",
         "pod_kv_capacity": f"max by ({LABEL_NAMESPACE}, {LABEL_POD}, {', '.join(_CAPACITY_LABELS)}) "
         "(vllm:cache_config_info)",
+        "pod_preemptions": f"sum {_BY_POD} (rate(vllm:num_preemptions_total[{w}]))",
     }
 
 
@@ -406,12 +411,19 @@ _SERIES = {
 @dataclass(frozen=True, slots=True)
 class PodMetrics:
     """One serving pod, for the saturation analyzers: the window's max of KV-cache usage (0 to 1) and of
-    requests waiting, and its KV-cache size in tokens (None when it does not export it)."""
+    requests waiting, its KV cache (None when it does not export it) and its preemptions per second over
+    the window (None when it does not export them)."""
 
     pod: str
     kv_usage: float
     waiting: float
-    kv_tokens: float | None = None
+    kv_cache: KVCache | None = None
+    preemption_rate: float | None = None
+
+    @property
+    def kv_tokens(self) -> float | None:
+        """The KV-cache size in tokens, None when unknown."""
+        return float(self.kv_cache.tokens) if self.kv_cache is not None else None
 
 
 MetricsState = Literal["ok", "missing", "stale"]
@@ -545,7 +557,9 @@ class Collector:
             staleness_seconds=staleness_seconds,
             by_key=by_key,
             queries=len(queries),
-            pods_by_key=_pods(raw["pod_kv_usage"], raw["pod_waiting"], raw["pod_kv_capacity"]),
+            pods_by_key=_pods(
+                raw["pod_kv_usage"], raw["pod_waiting"], raw["pod_kv_capacity"], raw["pod_preemptions"]
+            ),
             requests_within={r: values[f"idle_{r:g}"] for r in retentions},
         )
 
@@ -565,33 +579,42 @@ def _pod_key(s: Sample) -> tuple[str, str] | None:
 
 
 def _pods(
-    usage: list[Sample], waiting: list[Sample], capacity: list[Sample]
+    usage: list[Sample], waiting: list[Sample], capacity: list[Sample], preemptions: list[Sample]
 ) -> dict[ModelKey, tuple[PodMetrics, ...]]:
-    """Per model, its pods' KV-cache usage and waiting queue, with each pod's KV-cache size in tokens
-    (``num_gpu_blocks`` × ``block_size`` of its ``vllm:cache_config_info``). A pod that reports its usage
-    but not its queue (or the reverse) is left out: half a measurement is none."""
-    tokens: dict[tuple[str, str], float] = {}
+    """Per model, its pods' KV-cache usage and waiting queue, with each pod's KV cache (``num_gpu_blocks``
+    and ``block_size`` of its ``vllm:cache_config_info``) and preemption rate where exported. A pod that
+    reports its usage but not its queue (or the reverse) is left out: half a measurement is none."""
+    caches: dict[tuple[str, str], KVCache] = {}
     for s in capacity:
         key = _pod_key(s)
         try:
-            blocks, size = (float(s.labels.get(label, "")) for label in _CAPACITY_LABELS)
+            blocks, size = (int(s.labels.get(label, "")) for label in _CAPACITY_LABELS)
+            cache = KVCache(blocks, size)
         except ValueError:
             continue
-        if key is not None and math.isfinite(blocks * size) and blocks * size > 0:
-            tokens[key] = blocks * size
-    queues: dict[tuple[str, str, str], float] = {}
-    for s in waiting:
-        pod, model = s.labels.get(LABEL_POD), s.labels.get(LABEL_MODEL)
-        if pod is not None and model is not None and math.isfinite(s.value):
-            queues[(model, s.labels.get(LABEL_NAMESPACE, ""), pod)] = max(s.value, 0.0)
+        if key is not None:
+            caches[key] = cache
+    queues = _per_pod(waiting)
+    rates = _per_pod(preemptions)
     out: dict[ModelKey, list[PodMetrics]] = {}
     for s in usage:
         pod, model = s.labels.get(LABEL_POD), s.labels.get(LABEL_MODEL)
         namespace = s.labels.get(LABEL_NAMESPACE, "")
-        queue = queues.get((model or "", namespace, pod or ""))
+        at = (model or "", namespace, pod or "")
+        queue = queues.get(at)
         if pod is None or model is None or queue is None or not math.isfinite(s.value):
             continue
         out.setdefault((model, namespace), []).append(
-            PodMetrics(pod, min(max(s.value, 0.0), 1.0), queue, tokens.get((namespace, pod)))
+            PodMetrics(pod, min(max(s.value, 0.0), 1.0), queue, caches.get((namespace, pod)), rates.get(at))
         )
     return {key: tuple(sorted(pods, key=lambda p: p.pod)) for key, pods in out.items()}
+
+
+def _per_pod(samples: list[Sample]) -> dict[tuple[str, str, str], float]:
+    """Finite, non-negative values by (model, namespace, pod)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for s in samples:
+        pod, model = s.labels.get(LABEL_POD), s.labels.get(LABEL_MODEL)
+        if pod is not None and model is not None and math.isfinite(s.value):
+            out[(model, s.labels.get(LABEL_NAMESPACE, ""), pod)] = max(s.value, 0.0)
+    return out

@@ -78,8 +78,8 @@ async def test_one_query_per_quantity_whatever_the_number_of_models() -> None:
     }
     fake = FakePrometheus(rows)
     snap = await Collector(_client(fake)).collect(now=NOW)
-    # Eight for load and latency, three for the saturation analyzers (per pod, every model at once).
-    assert len(fake.seen) == QUERIES_PER_CYCLE == snap.queries == 11
+    # Eight for load and latency, four per pod (saturation, KV cache, preemptions; every model at once).
+    assert len(fake.seen) == QUERIES_PER_CYCLE == snap.queries == 12
     a = snap.lookup("llama", "team-a")
     assert a.state == "ok" and a.metrics is not None
     assert a.metrics.completion_rate == 2.0 and a.metrics.arrival_rate == 2.0

@@ -24,8 +24,8 @@ def test_itl_reads_the_current_name_with_the_deprecated_one_as_fallback_in_one_q
     new, _, old = itl.partition(") or (")
     assert "vllm:inter_token_latency_seconds_sum" in new and "vllm:inter_token_latency_seconds_count" in new
     assert "vllm:time_per_output_token_seconds_sum" in old and "inter_token_latency" not in old
-    # The fallback costs no query: eight for load and latency (and three per pod for saturation).
-    assert len(build_queries(60.0)) == 8 and QUERIES_PER_CYCLE == 11
+    # The fallback costs no query: eight for load and latency (and four per pod: saturation, KV cache).
+    assert len(build_queries(60.0)) == 8 and QUERIES_PER_CYCLE == 12
 
 
 def _collector(rows: dict[str, list[tuple[dict[str, str], float]]]) -> Collector:
