@@ -286,6 +286,8 @@ class LoadProfile(_Model):
     arrival_rate: _Figure = Field(alias="arrivalRate")
     avg_input_tokens: _Figure = Field(alias="avgInputTokens")
     avg_output_tokens: _Figure = Field(alias="avgOutputTokens")
+    # (ours) Requests preempted per minute over its pods; absent when not reported.
+    preemption_rate: _Decimal | None = Field(default=None, alias="preemptionRate")
 
 
 class Allocation(_Model):

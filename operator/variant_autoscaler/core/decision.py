@@ -136,6 +136,8 @@ class DecisionInputs:
     learned_profile: Mapping[str, Any] | None = None
     # status.forecast to write (the model's demand forecast, engine/ahead.py), or None.
     forecast: Mapping[str, Any] | None = None
+    # Preemptions per second over the variant's pods in the metrics window (None: not reported).
+    preemption_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +322,40 @@ def _target_resolved(inp: DecisionInputs) -> st.Condition | None:
     return None
 
 
+def _pressure(
+    inp: DecisionInputs, previous: Sequence[st.Condition]
+) -> tuple[st.Condition | None, str | None]:
+    """(the KVCachePressure condition, why no scale-down this cycle). Pods that preempt run over their
+    KV cache: fewer replicas would preempt more, so the variant is not scaled down. Not reported: the
+    condition turns Unknown if it was set, and stays absent otherwise."""
+    rate = inp.preemption_rate
+    if rate is None:
+        if not any(c.type == st.KV_CACHE_PRESSURE for c in previous):
+            return None, None
+        return st.Condition(
+            st.KV_CACHE_PRESSURE,
+            "Unknown",
+            st.REASON_PREEMPTIONS_NOT_REPORTED,
+            "no vllm:num_preemptions_total series for its pods this cycle",
+        ), None
+    window = f"{inp.metrics_window_seconds:g}s"
+    if rate <= 0:
+        return st.Condition(
+            st.KV_CACHE_PRESSURE,
+            "False",
+            st.REASON_NO_PREEMPTIONS,
+            f"its pods preempted no requests over the last {window}",
+        ), None
+    why = f"its pods preempt {rate * 60.0:.3g} requests/min (KV cache full)"
+    return st.Condition(
+        st.KV_CACHE_PRESSURE,
+        "True",
+        st.REASON_PREEMPTING,
+        f"{why} over the last {window}: no scale-down while they do; see docs/troubleshooting.md, "
+        "KVCachePressure",
+    ), why
+
+
 def decide(inp: DecisionInputs) -> VariantDecision:
     """The variant's conditions, its replica decision after policy, and what actuation must do."""
     raw = inp.previous
@@ -333,10 +369,12 @@ def decide(inp: DecisionInputs) -> VariantDecision:
     metrics_ok, metrics_reason, metrics_cond, scale_down_hold, last_metrics_time = _metrics(inp, previous)
     plan_reason, ready_cond = _optimization(inp, metrics_ok, metrics_reason)
     resolved = _target_resolved(inp)
+    pressure_cond, pressure_hold = _pressure(inp, previous)
     conditions = (
         *(() if resolved is None else (resolved,)),
         *(() if metrics_cond is None else (metrics_cond,)),
         ready_cond,
+        *(() if pressure_cond is None else (pressure_cond,)),
     )
 
     # A change of the target's replicas since the last status (ours before a restart, or anyone's)
@@ -363,6 +401,7 @@ def decide(inp: DecisionInputs) -> VariantDecision:
             last_scale_time=last_scale_time,
             pending_timeout_seconds=inp.pending_timeout_seconds,
             scale_down_hold=scale_down_hold,
+            pressure_hold=pressure_hold,
         )
     )
     accelerator = plan.accelerator if plan is not None else (inp.accelerator or "")
@@ -386,6 +425,7 @@ def decide(inp: DecisionInputs) -> VariantDecision:
             arrival_rate_rpm=observed.arrival_rate * 60.0 if observed else 0.0,
             avg_input_tokens=observed.avg_input_tokens if observed else 0.0,
             avg_output_tokens=observed.avg_output_tokens if observed else 0.0,
+            preemption_rate_rpm=inp.preemption_rate * 60.0 if inp.preemption_rate is not None else None,
         )
     predicted = plan is not None and not policy.held
     desired = st.DesiredView(
@@ -545,7 +585,15 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
                 f"{prev_desired.get('lastRunTime')}|{prev_key}|{new_key}",
             )
         )
-    events.extend(e for c in conditions if c.status == "False" and (e := _flip(previous, c)) is not None)
+    events.extend(
+        e
+        for c in conditions
+        if c.status == "False" and c.type != st.KV_CACHE_PRESSURE and (e := _flip(previous, c)) is not None
+    )
+    pressure = next((c for c in conditions if c.type == st.KV_CACHE_PRESSURE and c.status == "True"), None)
+    if pressure is not None and (event := _flip(previous, pressure)) is not None:
+        # Once per episode (a transition to True), as the other conditions' Warnings.
+        events.append(replace(event, reason=st.KV_CACHE_PRESSURE))
 
     target, metrics = inp.target, inp.metrics
     prev_current = (raw.get("currentAlloc") or {}).get("numReplicas")

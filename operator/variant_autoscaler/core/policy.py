@@ -14,6 +14,9 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
 3b. **Metrics recovering** — right after a metrics gap the rate window still holds too few samples and
    under-reads the load: no scale-down below the previous decision or the current replicas until it is
    full again (``scale_down_hold`` says why); scale-ups pass.
+3c. **KV-cache pressure** — while the variant's pods preempt requests (their KV cache is full), no
+   scale-down below the replicas running now (``pressure_hold`` says why): fewer replicas would preempt
+   more, whatever the model predicts.
 4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
    until ``pending_timeout_seconds`` after the last scale seen (none seen: no wait).
 """
@@ -58,6 +61,9 @@ class PolicyInput:
     pending_timeout_seconds: float = 600.0
     # Why a scale-down must wait although metrics are available (rule 3b), or None.
     scale_down_hold: str | None = None
+    # Why no scale-down below the current replicas this cycle although the model asks for one (rule 3c:
+    # the pods preempt), or None.
+    pressure_hold: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,7 @@ class PolicyDecision:
     held: bool
     history: tuple[Recommendation, ...]
     # Rules that changed the optimizer's number: "hold", "min", "max", "stabilization", "recovering",
-    # "pending".
+    # "kv-pressure", "pending".
     limited_by: tuple[str, ...] = field(default=())
 
 
@@ -167,6 +173,14 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
             reasons.append(f"scale-down to {desired} held at {floor}: {inp.scale_down_hold}")
             desired = floor
             limited += ("recovering",)
+
+    # Rule 3c: no scale-down while the pods run out of KV cache.
+    if inp.pressure_hold is not None and current is not None:
+        floor, _ = _clamp(current, inp.min_replicas, inp.max_replicas)
+        if desired < floor:
+            reasons.append(f"scale-down to {desired} held at {floor}: {inp.pressure_hold}")
+            desired = floor
+            limited += ("kv-pressure",)
 
     # Rule 4: pending replicas.
     if (

@@ -25,6 +25,9 @@ METRICS_AVAILABLE = "MetricsAvailable"
 OPTIMIZATION_READY = "OptimizationReady"
 TARGET_RESOLVED = "TargetResolved"
 ACTUATED = "Actuated"
+# (ours) As a Node's MemoryPressure: True while the variant's pods preempt requests (their KV cache is
+# full); absent until preemptions are first reported.
+KV_CACHE_PRESSURE = "KVCachePressure"
 
 # TargetResolved reasons (WVA's): the scale target exists, or not (the VA does not own its target: it
 # stays, False, until the target is back).
@@ -60,6 +63,11 @@ REASON_SCALE_FAILED = "ScaleFailed"
 # not overwritten this cycle.
 REASON_TARGET_CHANGED = "TargetChanged"
 REASON_NOT_ACTUATED = "NotActuated"
+
+# KVCachePressure reasons (ours); the Warning Event when it turns True has the condition's type as reason.
+REASON_PREEMPTING = "Preempting"
+REASON_NO_PREEMPTIONS = "NoPreemptions"
+REASON_PREEMPTIONS_NOT_REPORTED = "PreemptionsNotReported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +253,8 @@ class CurrentView:
     arrival_rate_rpm: float
     avg_input_tokens: float
     avg_output_tokens: float
+    # Preemptions per minute over its pods (vllm:num_preemptions_total); None: not reported.
+    preemption_rate_rpm: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +308,9 @@ def current_alloc_json(view: CurrentView) -> dict[str, Any]:
             "arrivalRate": format_decimal(view.arrival_rate_rpm),
             "avgInputTokens": format_decimal(view.avg_input_tokens),
             "avgOutputTokens": format_decimal(view.avg_output_tokens),
+            "preemptionRate": format_decimal(view.preemption_rate_rpm)
+            if view.preemption_rate_rpm is not None
+            else None,
         },
     }
 

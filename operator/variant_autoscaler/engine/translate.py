@@ -22,6 +22,7 @@ from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
 from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView, VariantPlan
+from variant_autoscaler.core.kvcache import KVCache
 from variant_autoscaler.core.learning import LearningResult
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.profile_choice import ProfileSource
@@ -226,6 +227,18 @@ def _saturation(ctx: VariantContext, mode: ActuationMode) -> SaturationInput:
     )
 
 
+def _kv_cache(pods: Sequence[PodMetrics]) -> KVCache | None:
+    """The smallest KV cache among the variant's pods (its batch ceiling holds on every pod)."""
+    caches = [p.kv_cache for p in pods if p.kv_cache is not None]
+    return min(caches, key=lambda c: c.tokens) if caches else None
+
+
+def _preemption_rate(pods: Sequence[PodMetrics]) -> float | None:
+    """Preemptions per second over the variant's pods; None when none of them reports any."""
+    rates = [p.preemption_rate for p in pods if p.preemption_rate is not None]
+    return sum(rates) if rates else None
+
+
 def plan_variant(
     ctx: VariantContext,
     snapshot: MetricsSnapshot | None,
@@ -263,6 +276,7 @@ def plan_variant(
         "analyzers": analyzers,
         "idle": idle,
         "default_slo": cycle.queueing.slo_for(model, namespace),
+        "kv_cache": _kv_cache(ctx.pods),
     }
     if ctx.annotated is not None:
         a = ctx.annotated
@@ -406,6 +420,7 @@ def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
         batch_stable_cycles=cfg.batch_stable_cycles,
         status_refresh_seconds=cfg.status_refresh_seconds,
         learned_profile=ctx.learning.status if ctx.learning is not None and va is not None else None,
+        preemption_rate=_preemption_rate(ctx.pods),
     )
 
 

@@ -225,3 +225,44 @@ def test_recovering_metrics_let_scale_ups_through_but_no_scale_down() -> None:
     assert up.policy.replicas == 6
     conds = conditions(dict(report(up).status))
     assert conds["MetricsAvailable"]["reason"] == "MetricsRecovering"
+
+
+def test_preempting_pods_hold_the_scale_down_and_warn_once_per_episode() -> None:
+    down = replace(PLAN, replicas=1)
+    decision = decide(inputs(plan=down, target=target(3), preemption_rate=0.2))
+    assert decision.policy.replicas == 3 and "kv-pressure" in decision.policy.limited_by
+    rep = report(decision)
+    cond = conditions(dict(rep.status))[st.KV_CACHE_PRESSURE]
+    assert (cond["status"], cond["reason"]) == ("True", st.REASON_PREEMPTING)
+    assert "12 requests/min" in cond["message"]
+    assert rep.status["currentAlloc"]["load"]["preemptionRate"] == "12.00"
+    warnings = [e for e in rep.events if e.reason == "KVCachePressure"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    # Next cycle, still preempting: the condition stands, no second Event.
+    again = report(decide(inputs(plan=down, target=target(3), preemption_rate=0.1, previous=rep.status)))
+    assert "KVCachePressure" not in [e.reason for e in again.events]
+    # The pods stop preempting: the condition clears and the scale-down goes through.
+    calm = decide(inputs(plan=down, target=target(3), preemption_rate=0.0, previous=again.status))
+    assert calm.policy.replicas == 1
+    calm_rep = report(calm)
+    cond = conditions(dict(calm_rep.status))[st.KV_CACHE_PRESSURE]
+    assert (cond["status"], cond["reason"]) == ("False", st.REASON_NO_PREEMPTIONS)
+    assert calm_rep.status["currentAlloc"]["load"]["preemptionRate"] == "0.00"
+    # A new episode warns again.
+    relapse = report(
+        decide(inputs(plan=down, target=target(3), preemption_rate=0.5, previous=calm_rep.status))
+    )
+    assert [e.reason for e in relapse.events].count("KVCachePressure") == 1
+
+
+def test_unreported_preemptions_add_no_condition_and_change_nothing() -> None:
+    down = replace(PLAN, replicas=1)
+    decision = decide(inputs(plan=down, target=target(3)))
+    assert decision.policy.replicas == 1
+    rep = report(decision)
+    assert st.KV_CACHE_PRESSURE not in conditions(dict(rep.status))
+    assert rep.status["currentAlloc"]["load"]["preemptionRate"] is None
+    # Reported before, not now: Unknown, not a stale True.
+    was = report(decide(inputs(plan=down, target=target(3), preemption_rate=0.2))).status
+    cond = conditions(dict(report(decide(inputs(plan=down, target=target(3), previous=was))).status))
+    assert cond[st.KV_CACHE_PRESSURE]["status"] == "Unknown"

@@ -228,3 +228,16 @@ def test_a_metrics_recovery_holds_scale_down_only(
         assert f"scale-down to {optimized} held at {expected}: metrics are back since 12:00" in d.reason
     else:
         assert "recovering" not in d.limited_by
+
+
+def test_kv_pressure_holds_a_scale_down_at_the_current_replicas() -> None:
+    why = "its pods preempt 12 requests/min (KV cache full)"
+    d = apply_policy(_inp(optimized_replicas=1, current_replicas=4, last_desired=4, pressure_hold=why))
+    assert (d.replicas, d.held, d.limited_by) == (4, False, ("kv-pressure",))
+    assert f"scale-down to 1 held at 4: {why}" in d.reason
+    # Scale-ups pass; and without pressure the scale-down goes through.
+    assert apply_policy(_inp(optimized_replicas=6, current_replicas=4, pressure_hold=why)).replicas == 6
+    assert apply_policy(_inp(optimized_replicas=1, current_replicas=4)).replicas == 1
+    # The bounds still come first.
+    bounded = apply_policy(_inp(optimized_replicas=1, current_replicas=4, max_replicas=3, pressure_hold=why))
+    assert bounded.replicas == 3

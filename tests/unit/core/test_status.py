@@ -74,7 +74,12 @@ def test_build_status_shapes_wva_fields_and_marks_owned_keys_for_removal() -> No
         "variantCost": "80.00",
         "itlAverage": "20.12",
         "ttftAverage": "150.00",
-        "load": {"arrivalRate": "10.50", "avgInputTokens": "100.00", "avgOutputTokens": "200.00"},
+        "load": {
+            "arrivalRate": "10.50",
+            "avgInputTokens": "100.00",
+            "avgOutputTokens": "200.00",
+            "preemptionRate": None,  # not reported -> removed by merge patch
+        },
     }
     assert out["desiredOptimizedAlloc"]["lastRunTime"] == "2025-05-01T12:00:00Z"
     assert out["desiredOptimizedAlloc"]["ttftAverage"] is None  # no prediction -> removed by merge patch
