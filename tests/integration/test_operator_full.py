@@ -108,7 +108,8 @@ def test_wva_sample_gets_a_correct_status_and_a_load_change_changes_the_decision
         assert operator.metric("inferno_desired_replicas", **labels) == 1
         assert operator.metric("inferno_current_replicas", **labels) == 1
         queries = operator.metric("variant_autoscaler_promql_queries_last_cycle")
-        # Load and latency, the saturation analyzers' inputs, and the profile learning's pod windows.
+        # Load and latency, the per-pod inputs (saturation, KV cache, preemptions), and the profile
+        # learning's pod windows.
         assert queries == QUERIES_PER_CYCLE + PROFILE_QUERIES == 19
 
         # Six times the load: more replicas are wanted (metrics mode: the HPA would apply them).
