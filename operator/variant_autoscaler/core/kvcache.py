@@ -24,6 +24,10 @@ is planned for::
 
     ceiling = floor(KV_HEADROOM × num_gpu_blocks × block_size / (held + (block_size - 1) / 2))
 
+rounded down to eight steps per doubling (``..., 15, 16, 18, 20, ..., 30, 32, 36, 40, ...``): the
+measured lengths move a little every cycle, and a batch that moved with them would change the decision
+(and its Event, and a batch patch) each time.
+
 Prefix caching shares prompt blocks between sequences and lets more fit; it is not counted (the
 ceiling errs low). If a server still preempts, the operator reads it as evidence and does not scale the
 variant down (docs/operator.md, "KV cache").
@@ -36,7 +40,15 @@ from dataclasses import dataclass
 
 from variant_autoscaler.core.workload import TokenLengths
 
-__all__ = ["DEFAULT_OUTPUT_CV2", "KV_HEADROOM", "KVCache", "KVCeiling", "batch_ceiling", "held_tokens"]
+__all__ = [
+    "DEFAULT_OUTPUT_CV2",
+    "KV_HEADROOM",
+    "KVCache",
+    "KVCeiling",
+    "batch_ceiling",
+    "coarse",
+    "held_tokens",
+]
 
 #: The share of the KV cache planned for: the rest absorbs the batch's fluctuation about its mean.
 KV_HEADROOM = 0.9
@@ -97,4 +109,12 @@ def batch_ceiling(
         cv2 = output.variance / output.mean**2
     per_sequence = held_tokens(avg_input, avg_output, cv2) + (cache.block_size - 1) / 2.0
     batch = math.floor(headroom * cache.tokens / per_sequence)
-    return KVCeiling(max(batch, 1), per_sequence)
+    return KVCeiling(coarse(batch), per_sequence)
+
+
+def coarse(batch: int) -> int:
+    """``batch`` rounded down to eight steps per doubling (exact up to 16), at least 1."""
+    if batch <= 16:
+        return max(batch, 1)
+    step = 1 << (batch.bit_length() - 4)  # 2 from 16, 4 from 32, 8 from 64, ...
+    return batch - batch % step

@@ -12,6 +12,7 @@ from variant_autoscaler.core.kvcache import (
     KV_HEADROOM,
     KVCache,
     batch_ceiling,
+    coarse,
     held_tokens,
 )
 from variant_autoscaler.core.workload import TokenLengths
@@ -80,3 +81,12 @@ def test_unknown_capacity_or_lengths_give_no_ceiling(
 def test_a_cache_needs_blocks() -> None:
     with pytest.raises(ValueError):
         KVCache(num_gpu_blocks=0, block_size=16)
+
+
+def test_the_ceiling_moves_in_coarse_steps_so_small_length_changes_keep_the_batch() -> None:
+    assert [coarse(b) for b in (0, 1, 16, 17, 18, 33, 36, 39, 71, 72, 150)] == [
+        1, 1, 16, 16, 18, 32, 36, 36, 64, 72, 144,
+    ]  # fmt: skip
+    cache = KVCache(num_gpu_blocks=6000, block_size=16)  # room for about 80 sequences of 1000 tokens
+    batches = {b.batch for a in range(800, 821) if (b := batch_ceiling(cache, float(a), 200.0)) is not None}
+    assert batches == {80}  # prompts from 800 to 820 tokens: the same batch
