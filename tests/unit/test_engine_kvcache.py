@@ -36,10 +36,14 @@ async def test_preempting_pods_are_not_scaled_down_and_the_admin_is_told() -> No
     assert h.conditions()["KVCachePressure"]["reason"] == "Preempting"
     warned = [e for e in h.kube.events() if e["reason"] == "KVCachePressure"]
     assert len(warned) == 1 and warned[0]["type"] == "Warning"
-    # No more preemptions: the scale-down goes through, no second warning.
+    # No more preemptions: the scale-down goes through, no second warning; the condition clears once
+    # it has stood for ten minutes.
     h.advance(60.0)
     h.prom.set_pod(MODEL, NS, POD, kv=0.3, preemptions=0.0)
     await h.engine.run_cycle()
     assert h.status()["desiredOptimizedAlloc"]["numReplicas"] < 5
+    assert h.conditions()["KVCachePressure"]["status"] == "True"
+    h.advance(600.0)
+    await h.engine.run_cycle()
     assert h.conditions()["KVCachePressure"]["status"] == "False"
     assert len([e for e in h.kube.events() if e["reason"] == "KVCachePressure"]) == 1

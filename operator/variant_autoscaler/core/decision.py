@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from variant_autoscaler.core import status as st
@@ -29,6 +29,7 @@ from variant_autoscaler.core.policy import (
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
+    "KV_PRESSURE_MIN_SECONDS",
     "ActuationResult",
     "DecisionInputs",
     "EventSpec",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BATCH = 256  # WVA reports 256 when it cannot tell; we read --max-num-seqs when present
+#: KVCachePressure stays True at least this long once set (at most one Warning per variant per period).
+KV_PRESSURE_MIN_SECONDS = 600.0
 
 EventType = Literal["Normal", "Warning"]
 
@@ -340,6 +343,19 @@ def _pressure(
         ), None
     window = f"{inp.metrics_window_seconds:g}s"
     if rate <= 0:
+        before = next((c for c in previous if c.type == st.KV_CACHE_PRESSURE), None)
+        since = before.last_transition_time if before is not None and before.status == "True" else None
+        if since is not None and (inp.now - since).total_seconds() < KV_PRESSURE_MIN_SECONDS:
+            # Sporadic preemptions would flip it (and warn) every other cycle: it clears only once it
+            # has stood for KV_PRESSURE_MIN_SECONDS.
+            until = st.format_time(since + timedelta(seconds=KV_PRESSURE_MIN_SECONDS))
+            return st.Condition(
+                st.KV_CACHE_PRESSURE,
+                "True",
+                st.REASON_PREEMPTING,
+                f"its pods preempted no requests over the last {window}; the condition clears from "
+                f"{until} if they preempt no more",
+            ), None
         return st.Condition(
             st.KV_CACHE_PRESSURE,
             "False",

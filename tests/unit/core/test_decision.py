@@ -11,6 +11,7 @@ import pytest
 
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.decision import (
+    KV_PRESSURE_MIN_SECONDS,
     ActuationResult,
     DecisionInputs,
     MetricsView,
@@ -241,16 +242,23 @@ def test_preempting_pods_hold_the_scale_down_and_warn_once_per_episode() -> None
     # Next cycle, still preempting: the condition stands, no second Event.
     again = report(decide(inputs(plan=down, target=target(3), preemption_rate=0.1, previous=rep.status)))
     assert "KVCachePressure" not in [e.reason for e in again.events]
-    # The pods stop preempting: the condition clears and the scale-down goes through.
+    # The pods stop preempting: the scale-down goes through at once; the condition stands for
+    # KV_PRESSURE_MIN_SECONDS (sporadic preemptions would flip it, and warn, every other cycle).
     calm = decide(inputs(plan=down, target=target(3), preemption_rate=0.0, previous=again.status))
     assert calm.policy.replicas == 1
     calm_rep = report(calm)
     cond = conditions(dict(calm_rep.status))[st.KV_CACHE_PRESSURE]
-    assert (cond["status"], cond["reason"]) == ("False", st.REASON_NO_PREEMPTIONS)
+    assert cond["status"] == "True" and "clears from 2025-06-01T12:10:00Z" in cond["message"]
     assert calm_rep.status["currentAlloc"]["load"]["preemptionRate"] == "0.00"
+    later = NOW + timedelta(seconds=KV_PRESSURE_MIN_SECONDS)
+    clear = report(
+        decide(inputs(now=later, plan=down, target=target(1), preemption_rate=0.0, previous=calm_rep.status))
+    )
+    cond = conditions(dict(clear.status))[st.KV_CACHE_PRESSURE]
+    assert (cond["status"], cond["reason"]) == ("False", st.REASON_NO_PREEMPTIONS)
     # A new episode warns again.
     relapse = report(
-        decide(inputs(plan=down, target=target(3), preemption_rate=0.5, previous=calm_rep.status))
+        decide(inputs(now=later, plan=down, target=target(3), preemption_rate=0.5, previous=clear.status))
     )
     assert [e.reason for e in relapse.events].count("KVCachePressure") == 1
 
