@@ -371,6 +371,8 @@ class _Failure(_Strict):
     pool: str = Field(min_length=1)
     count: int = Field(1, ge=1)
     recover: Duration | None = None
+    # Degraded rather than lost: the nodes' replicas run this many times slower (a finite factor > 1).
+    slowdown: float | None = Field(None, gt=1, allow_inf_nan=False)
 
     _d = field_validator("at", "recover", mode="before")(_dur)
 
@@ -482,7 +484,7 @@ def parse_scenario(data: Any, *, base_dir: Path | str = ".") -> Scenario:
         routing=s.routing,
         replica_tick_s=s.replica_tick,
     )
-    failures = tuple(Failure(f.at, f.pool, f.count, f.recover) for f in doc.failures)
+    failures = tuple(Failure(f.at, f.pool, f.count, f.recover, f.slowdown) for f in doc.failures)
     return Scenario(
         name=doc.name,
         description=doc.description,

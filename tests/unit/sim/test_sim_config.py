@@ -142,6 +142,8 @@ def test_trace_relative_to_the_file(tmp_path: Path) -> None:
         ),
         (lambda d: d.update({"failures": [{"at": "1m", "pool": "nope"}]}), "unknown node pool"),
         (lambda d: d["models"][0].update({"startup": "later"}), "startup"),
+        (lambda d: d.update({"failures": [{"at": "1m", "pool": "p", "slowdown": 1}]}), "slowdown"),
+        (lambda d: d.update({"failures": [{"at": "1m", "pool": "p", "slowdown": "inf"}]}), "slowdown"),
     ],
 )
 def test_errors_name_the_field(mutate: Any, message: str) -> None:
@@ -206,3 +208,14 @@ def test_trace_rate_scale_time_unit_and_max_model_len(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match="maxModelLen"):
         load_scenario(path)
+
+
+def test_a_failure_may_slow_its_nodes_down_instead_of_losing_them() -> None:
+    doc = minimal()
+    doc["failures"] = [
+        {"at": "2m", "pool": "p", "slowdown": 2.5, "recover": "4m"},
+        {"at": "5m", "pool": "p"},
+    ]
+    slowed, lost = parse_scenario(doc).failures
+    assert (slowed.at_s, slowed.slowdown, slowed.recover_s) == (120.0, 2.5, 240.0)
+    assert lost.slowdown is None
