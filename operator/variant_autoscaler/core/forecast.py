@@ -32,9 +32,8 @@ from variant_autoscaler.errors import ModelError
 __all__ = ["DEFAULT_QUANTILE", "Forecast", "ForecastConfig", "ForecastState", "forecast", "update"]
 
 #: The upper forecast's default level (``FORECAST_QUANTILE``). The planner sizes for 99 % of requests
-#: at that rate, and the burst guard covers what exceeds it, so the horizon's peak need not stay
-#: under it nine times out of ten: 0.75 kept the measured attainment of 0.9 at 1–14 % less cost
-#: (docs/tail-slo.md, "The rate forecast").
+#: at that rate, replicas come whole and the burst guard covers what exceeds it, so the horizon's peak
+#: need not stay under it nine times out of ten (measured: docs/tail-slo.md, "Which quantile").
 DEFAULT_QUANTILE = 0.75
 
 
