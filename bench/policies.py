@@ -361,7 +361,7 @@ def _why_cost(report: Mapping[str, Any]) -> str:
             f", {br['initial']:.1f} of them in the first {FIRST_WINDOW_S / 60:.0f} minutes (the scenario's "
             "initial replicas, kept one stabilisation window before a first scale-down; the oracle "
             "starts at its plan)"
-            if br["initial"] >= 0.05
+            if br["initial"] >= 0.25 * br["excess"]  # named only where it is a good part of the excess
             else ""
         )
         + f". {_ablation_best(report)}"
