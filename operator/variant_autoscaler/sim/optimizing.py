@@ -573,15 +573,9 @@ class OptimizerPolicy(Policy):
                 if d is not None:
                     self._planned[var.name] = d.replicas
         actions: dict[str, Action] = {}
+        plans = {name: d.replicas for (_, name), d in outcome.decisions.items()}
         coming = siblings_starting(
-            (
-                v.name,
-                v.model,
-                max(obs.variants[v.name].desired, p.replicas if p else 0),
-                obs.variants[v.name].ready,
-            )
-            for v in self.scenario.variants
-            for p in [outcome.decisions.get((NAMESPACE, v.name))]
+            (n, v.model, max(v.desired, plans.get(n, 0)), v.ready) for n, v in obs.variants.items()
         )
         for var in self.scenario.variants:
             view = obs.variants[var.name]
@@ -598,7 +592,7 @@ class OptimizerPolicy(Policy):
                 now=obs.now,
                 metrics_ok=metrics_ok[var.model],
                 failure=outcome.failures.get((NAMESPACE, var.name)),
-                siblings_starting=coming[var.name],
+                siblings=coming[var.name],
             )
             if desired != view.desired:
                 actions[var.name] = Action(replicas=desired)
@@ -704,7 +698,7 @@ class OptimizerPolicy(Policy):
         now: float,
         metrics_ok: bool,
         failure: str | None,
-        siblings_starting: int = 0,
+        siblings: int = 0,
     ) -> int:
         state = self._state[var.name]
         va = self.inputs.vas[var.name]
@@ -729,10 +723,9 @@ class OptimizerPolicy(Policy):
                 history=state.history,
                 last_scale_time=state.last_scale_time,
                 # Attainment classes count starting replicas as supply (the plan covers start-up + one
-                # interval, by which time they serve): no waiting for them before a larger plan, and
-                # none scaled down before they serve (make before break; the operator's ahead_inputs).
+                # interval, by which time they serve): no waiting for them, and none scaled away first.
                 pending_timeout_seconds=0.0 if var.model in self._supply_models else self.pending_timeout_s,
-                siblings_starting=siblings_starting if var.model in self._supply_models else 0,
+                siblings_starting=siblings if var.model in self._supply_models else 0,
             )
         )
         state.history = decision.history
