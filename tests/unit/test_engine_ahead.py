@@ -13,7 +13,8 @@ from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PRO
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Sample
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.engine.ahead import ForecastBook
-from vatesting.fakes import NS, OPERATOR_NS, VA, Harness
+from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
+from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
 pytestmark = pytest.mark.unit
 
@@ -178,3 +179,36 @@ def test_the_guard_query_is_one_query_of_four_signals() -> None:
     read = read_guard_signals(samples)
     assert read[("m", "ns")].waiting == 12.0 and read[("m", "ns")].kv == 0.0
     assert read[("m", "")].completions == 3.0
+
+
+async def test_a_plan_that_moves_the_load_scales_down_only_once_the_new_replicas_serve() -> None:
+    """Make before break: the plan moves the model from one variant to another; the first keeps its
+    replicas while the other's are starting, and gives them up once they are ready."""
+
+    class Moving:
+        def plan(self, request: PlanRequest) -> PlanOutcome:
+            counts = {VA: 1, "other": 2}
+            return PlanOutcome(
+                "optimal",
+                0.0,
+                {
+                    v.key: VariantPlan("A100", counts[v.key[1]], 64, 40.0, 100.0, 20.0, "test plan")
+                    for v in request.variants
+                },
+                ahead=frozenset(v.key for v in request.variants),
+            )
+
+    h = Harness(planner=Moving(), DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s")
+    _attainment(h)
+    h.add_va(replicas=3)
+    other = load_yaml("deploy/samples/variantautoscaling.yaml")
+    other["metadata"]["name"] = "other"
+    h.add_va(other, replicas=0)  # its Deployment is named as the VA
+    h.load(600.0)
+    await h.engine.run_cycle()
+    assert (h.replicas(VA), h.replicas("other")) == (3, 2)
+    assert "still starting" in h.status()["desiredOptimizedAlloc"]["reason"]
+    h.kube.get("deployments", NS, "other")["status"].update(replicas=2, readyReplicas=2)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert (h.replicas(VA), h.replicas("other")) == (1, 2)

@@ -30,7 +30,7 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``STARTUP_TIME``                          how long a new replica takes to serve (default ``3m``): the
                                           forecast's horizon is this plus one interval
 ``FORECAST_QUANTILE``                     attainment classes plan for this quantile of the demand
-                                          forecast over the horizon (default ``0.9``; ``0``: off)
+                                          forecast over the horizon (default ``0.75``; ``0``: off)
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
@@ -59,6 +59,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 from variant_autoscaler.api.v1alpha1 import ACTUATION_MODES, ActuationMode
+from variant_autoscaler.core.forecast import DEFAULT_QUANTILE
 from variant_autoscaler.errors import ConfigError
 
 OptimizerMode = Literal["unlimited", "limited"]
@@ -231,7 +232,7 @@ class MainConfig(BaseModel):
     # replica, the quantile of the demand forecast planned for (0: none), the burst guard's period (0:
     # none), and the counter whose counts give the burstiness.
     startup_seconds: float = 180.0
-    forecast_quantile: float = 0.9
+    forecast_quantile: float = DEFAULT_QUANTILE
     guard_interval_seconds: float = 15.0
     burstiness_counter: str = "vllm:request_success_total"
     chunked_prefill: bool = True
@@ -322,7 +323,7 @@ def parse_main_config(
     stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
     quantile_raw = cm.get("FORECAST_QUANTILE", "").strip()
     try:
-        forecast_quantile = float(quantile_raw) if quantile_raw else 0.9
+        forecast_quantile = float(quantile_raw) if quantile_raw else DEFAULT_QUANTILE
     except ValueError:
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} is not a number") from None
     if not 0.0 <= forecast_quantile < 1.0:

@@ -133,6 +133,9 @@ class DecisionInputs:
     unit_cost: float = 0.0
     metrics_window_seconds: float = 60.0
     pending_timeout_seconds: float = 600.0
+    # Replicas of the model's other variants still starting or asked for by this plan: a scale-down
+    # waits for them (make before break; core/policy.py rule 3d). 0 for mean classes.
+    siblings_starting: int = 0
     batch_stable_cycles: int = 3
     status_refresh_seconds: float = 0.0
     # ``status.learnedProfile`` as this cycle computed it (core/learning.py); None: left as stored.
@@ -418,6 +421,7 @@ def decide(inp: DecisionInputs) -> VariantDecision:
             pending_timeout_seconds=inp.pending_timeout_seconds,
             scale_down_hold=scale_down_hold,
             pressure_hold=pressure_hold,
+            siblings_starting=inp.siblings_starting,
         )
     )
     accelerator = plan.accelerator if plan is not None else (inp.accelerator or "")

@@ -17,18 +17,25 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
 3c. **KV-cache pressure** — while the variant's pods preempt requests (their KV cache is full), no
    scale-down below the replicas running now (``pressure_hold`` says why): fewer replicas would preempt
    more, whatever the model predicts.
+3d. **Make before break** — a variant whose model's other variants have replicas still starting (the
+   plan moves the model's load to them) is not scaled down until they are ready
+   (``siblings_starting``): the replicas it has serve the load until then.
 4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
    until ``pending_timeout_seconds`` after the last scale seen (none seen: no wait).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from variant_autoscaler.errors import ModelError
 
 MAX_HISTORY = 64  # the CRD caps status.recommendations at 64 entries
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class PolicyInput:
     # Why no scale-down below the current replicas this cycle although the model asks for one (rule 3c:
     # the pods preempt), or None.
     pressure_hold: str | None = None
+    # Replicas of the model's other variants still starting or asked for by this plan (rule 3d).
+    siblings_starting: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,7 @@ class PolicyDecision:
     held: bool
     history: tuple[Recommendation, ...]
     # Rules that changed the optimizer's number: "hold", "min", "max", "stabilization", "recovering",
-    # "kv-pressure", "pending".
+    # "kv-pressure", "replacing", "pending".
     limited_by: tuple[str, ...] = field(default=())
 
 
@@ -118,6 +127,11 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
         raise ModelError("stabilization_seconds must be >= 0")
 
     history = _prune(inp.history, inp.now, inp.stabilization_seconds)
+    if not inp.history and inp.current_replicas is not None and inp.stabilization_seconds > 0:
+        # A variant seen for the first time: its current replicas count as the first recommendation
+        # (as the HorizontalPodAutoscaler seeds its own), so that it is not scaled down on one
+        # cycle's reading, before the load and its forecast are known.
+        history = (Recommendation(time=inp.now, replicas=inp.current_replicas),)
 
     # Rule 1: hold on missing data.
     if not inp.metrics_ok or inp.optimized_replicas is None:
@@ -182,6 +196,16 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
             desired = floor
             limited += ("kv-pressure",)
 
+    # Rule 3d: make before break. A plan that moves load to another variant of the model counts that
+    # variant's new replicas as supply from their ready time on; until then these replicas serve it.
+    if current is not None and desired < current and inp.siblings_starting > 0:
+        reasons.append(
+            f"scale-down to {desired} waits: {inp.siblings_starting} replicas of the model's other "
+            "variants are still starting"
+        )
+        desired = current
+        limited += ("replacing",)
+
     # Rule 4: pending replicas.
     if (
         current is not None
@@ -232,3 +256,14 @@ def should_apply_batch(
         and batch != current_batch
         and stable_cycles >= required_cycles
     )
+
+
+def siblings_starting(variants: Iterable[tuple[K, Hashable, int, int]]) -> dict[K, int]:
+    """Rule 3d's input for each variant: ``(key, model, asked, ready)`` in, with ``asked`` the larger of
+    its current replicas and the plan's; out, per key, the replicas of the *other* variants of its
+    model not yet ready (``asked − ready`` each)."""
+    rows = list(variants)
+    by_model: dict[Hashable, int] = {}
+    for _, model, asked, ready in rows:
+        by_model[model] = by_model.get(model, 0) + max(0, asked - ready)
+    return {key: by_model[model] - max(0, asked - ready) for key, model, asked, ready in rows}

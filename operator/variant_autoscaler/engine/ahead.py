@@ -34,12 +34,20 @@ from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.core.decision import DecisionInputs
 from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.core.policy import siblings_starting
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.engine.translate import VariantContext
 from variant_autoscaler.errors import KubeError, ModelError, VariantAutoscalerError
 from variant_autoscaler.planner import PlanOutcome, VariantKey
 
-__all__ = ["BurstGuard", "ForecastBook", "GuardAction", "ahead_inputs", "states_shares"]
+__all__ = [
+    "BurstGuard",
+    "ForecastBook",
+    "GuardAction",
+    "ahead_inputs",
+    "siblings_starting_of",
+    "states_shares",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +166,35 @@ def states_shares(cycle: CycleConfig) -> bool:
     )
 
 
+def siblings_starting_of(contexts: Sequence[VariantContext], outcome: PlanOutcome) -> dict[VariantKey, int]:
+    """Per variant planned ahead, the replicas of its model's other variants (same namespace) still
+    starting or asked for by this plan (core/policy.py rule 3d: make before break)."""
+    found = siblings_starting(
+        (
+            c.key,
+            (c.key[0], c.va.spec.model_id),
+            max(c.target.spec_replicas, p.replicas if p else 0),
+            c.target.ready_replicas or 0,
+        )
+        for c in contexts
+        if c.va is not None and c.target is not None
+        for p in [outcome.decisions.get(c.key)]
+    )
+    return {key: n for key, n in found.items() if key in outcome.ahead}
+
+
 def ahead_inputs(
-    guard: BurstGuard, forecasts: ForecastBook, ctx: VariantContext, inputs: DecisionInputs
+    guard: BurstGuard,
+    forecasts: ForecastBook,
+    ctx: VariantContext,
+    inputs: DecisionInputs,
+    siblings: int = 0,
 ) -> DecisionInputs:
     """A variant planned for attainment targets: its model's forecast goes into its status, replicas
     still starting count as supply (no waiting for them before a larger plan: the plan covers
-    start-up + one interval), and a scale-up by the burst guard since the last cycle joins the
-    recommendations, so that scale-down stabilisation keeps it."""
+    start-up + one interval), a scale-down waits while ``siblings`` replicas of the model's other
+    variants are still starting (make before break), and a scale-up by the burst guard since the last
+    cycle joins the recommendations, so that scale-down stabilisation keeps it."""
     assert ctx.va is not None
     previous = dict(inputs.previous)
     action = guard.actions().get(ctx.key)
@@ -177,6 +207,7 @@ def ahead_inputs(
         inputs,
         previous=previous,
         pending_timeout_seconds=0.0,
+        siblings_starting=siblings,
         forecast=forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
     )
 

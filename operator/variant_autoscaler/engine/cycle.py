@@ -56,7 +56,13 @@ from variant_autoscaler.core.decision import decide, report, report_invalid
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.engine.actuate import Actuator
-from variant_autoscaler.engine.ahead import BurstGuard, ForecastBook, ahead_inputs, states_shares
+from variant_autoscaler.engine.ahead import (
+    BurstGuard,
+    ForecastBook,
+    ahead_inputs,
+    siblings_starting_of,
+    states_shares,
+)
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.learning import ProfileLearner
@@ -163,6 +169,7 @@ class Engine:
         self._leading_since: float | None = None
         self.cycles_completed = 0
         self._gauges: list[VariantGauges] = []
+        self._siblings: dict[VariantKey, int] = {}  # this cycle's make-before-break counts (engine/ahead.py)
         self.specs = SpecCache()
         # Profiles learned online, and which profile sizes each variant (engine/learning.py).
         self.learning = ProfileLearner(settings, kube)
@@ -408,6 +415,7 @@ class Engine:
         ahead = self.forecasts.forecast(contexts, snapshot, cfg, started_wall)
         self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
+        self._siblings = siblings_starting_of(contexts, outcome)
 
         # 5. Policy, actuation, status and Events, per variant.
         self._gauges = []
@@ -722,7 +730,7 @@ class Engine:
         inputs = decision_inputs(ctx, facts)
         now = facts.now
         if ctx.va is not None and ctx.key in facts.outcome.ahead:
-            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs)
+            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs, self._siblings.get(ctx.key, 0))
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)

@@ -48,12 +48,12 @@ from variant_autoscaler.api.configmaps import (
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.demand import demand_rate
-from variant_autoscaler.core.forecast import ForecastConfig, ForecastState
+from variant_autoscaler.core.forecast import DEFAULT_QUANTILE, ForecastConfig, ForecastState
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.model import AcceleratorType
-from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy
+from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy, siblings_starting
 from variant_autoscaler.core.workload import (
     Burstiness,
     RequestLengths,
@@ -389,7 +389,7 @@ class OptimizerPolicy(Policy):
         forecast: ForecastMode | None = None,
         guard: bool | None = None,
         guard_interval_s: float | None = None,
-        forecast_quantile: float = 0.9,
+        forecast_quantile: float | None = None,
         workloads: bool = True,
         planning_attainment: float | None = None,
         kv_ceiling: bool = False,
@@ -445,9 +445,10 @@ class OptimizerPolicy(Policy):
         self.guarded = frozenset(
             m.model_id for m in scenario.models if (guard if guard is not None else m.model_id in ahead)
         )
+        quantile = forecast_quantile or cfg.forecast_quantile or DEFAULT_QUANTILE  # the operator's
         self._forecast_cfg = {
             m.model_id: ForecastConfig(
-                interval_s=interval_s, horizon_s=m.startup_s + interval_s, quantile=forecast_quantile
+                interval_s=interval_s, horizon_s=m.startup_s + interval_s, quantile=quantile
             )
             for m in scenario.models
         }
@@ -572,6 +573,10 @@ class OptimizerPolicy(Policy):
                 if d is not None:
                     self._planned[var.name] = d.replicas
         actions: dict[str, Action] = {}
+        plans = {name: d.replicas for (_, name), d in outcome.decisions.items()}
+        coming = siblings_starting(
+            (n, v.model, max(v.desired, plans.get(n, 0)), v.ready) for n, v in obs.variants.items()
+        )
         for var in self.scenario.variants:
             view = obs.variants[var.name]
             plan = outcome.decisions.get((NAMESPACE, var.name))
@@ -587,6 +592,7 @@ class OptimizerPolicy(Policy):
                 now=obs.now,
                 metrics_ok=metrics_ok[var.model],
                 failure=outcome.failures.get((NAMESPACE, var.name)),
+                siblings=coming[var.name],
             )
             if desired != view.desired:
                 actions[var.name] = Action(replicas=desired)
@@ -692,6 +698,7 @@ class OptimizerPolicy(Policy):
         now: float,
         metrics_ok: bool,
         failure: str | None,
+        siblings: int = 0,
     ) -> int:
         state = self._state[var.name]
         va = self.inputs.vas[var.name]
@@ -716,8 +723,9 @@ class OptimizerPolicy(Policy):
                 history=state.history,
                 last_scale_time=state.last_scale_time,
                 # Attainment classes count starting replicas as supply (the plan covers start-up + one
-                # interval, by which time they serve): no waiting for them before a larger plan.
+                # interval, by which time they serve): no waiting for them, and none scaled away first.
                 pending_timeout_seconds=0.0 if var.model in self._supply_models else self.pending_timeout_s,
+                siblings_starting=siblings if var.model in self._supply_models else 0,
             )
         )
         state.history = decision.history

@@ -274,3 +274,11 @@ def test_unreported_preemptions_add_no_condition_and_change_nothing() -> None:
     was = report(decide(inputs(plan=down, target=target(3), preemption_rate=0.2))).status
     cond = conditions(dict(report(decide(inputs(plan=down, target=target(3), previous=was))).status))
     assert cond[st.KV_CACHE_PRESSURE]["status"] == "Unknown"
+
+
+def test_siblings_starting_hold_a_scale_down_until_they_serve() -> None:
+    """The cycle passes the replicas of the model's other variants still starting (make before break)."""
+    lower = replace(PLAN, replicas=1)
+    moved = decide(inputs(plan=lower, target=target(3), siblings_starting=2))
+    assert moved.policy.replicas == 3 and "replacing" in moved.policy.limited_by
+    assert decide(inputs(plan=lower, target=target(3))).policy.replicas == 1

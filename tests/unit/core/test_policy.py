@@ -14,6 +14,7 @@ from variant_autoscaler.core.policy import (
     apply_policy,
     batch_stable_cycles,
     should_apply_batch,
+    siblings_starting,
 )
 from variant_autoscaler.errors import ModelError
 
@@ -241,3 +242,48 @@ def test_kv_pressure_holds_a_scale_down_at_the_current_replicas() -> None:
     # The bounds still come first.
     bounded = apply_policy(_inp(optimized_replicas=1, current_replicas=4, max_replicas=3, pressure_hold=why))
     assert bounded.replicas == 3
+
+
+def test_a_variant_seen_first_is_not_scaled_down_before_one_window() -> None:
+    """No history yet (a new VariantAutoscaling): its current replicas count as the first
+    recommendation, as the HorizontalPodAutoscaler seeds its own, so one cycle's reading cannot scale
+    it down; once the window has passed, the scale-down goes through."""
+    first = apply_policy(_inp(optimized_replicas=2, current_replicas=8, stabilization_seconds=300.0))
+    assert first.replicas == 8 and "stabilization" in first.limited_by
+    assert [r.replicas for r in first.history] == [8, 2]
+    later = apply_policy(
+        _inp(
+            now=T0 + timedelta(seconds=301),
+            optimized_replicas=2,
+            current_replicas=8,
+            stabilization_seconds=300.0,
+            history=first.history,
+        )
+    )
+    assert later.replicas == 2
+    # Without a window nothing is remembered, and a scale-up is never held back.
+    assert apply_policy(_inp(optimized_replicas=2, current_replicas=8)).replicas == 2
+    up = apply_policy(_inp(optimized_replicas=9, current_replicas=8, stabilization_seconds=300.0))
+    assert up.replicas == 9
+
+
+def test_make_before_break_waits_for_the_other_variants_replicas() -> None:
+    """A plan that moves the model's load to another variant scales this one down only once the other
+    variant's new replicas are ready; scale-ups and unmoved counts are not affected."""
+    held = apply_policy(_inp(optimized_replicas=4, current_replicas=6, ready_replicas=6, siblings_starting=1))
+    assert held.replicas == 6 and held.limited_by == ("replacing",)
+    assert "1 replicas of the model's other variants are still starting" in held.reason
+    assert apply_policy(_inp(optimized_replicas=4, current_replicas=6, ready_replicas=6)).replicas == 4
+    up = apply_policy(_inp(optimized_replicas=8, current_replicas=6, ready_replicas=6, siblings_starting=3))
+    assert up.replicas == 8 and "replacing" not in up.limited_by
+
+
+def test_siblings_starting_counts_the_other_variants_of_the_model() -> None:
+    rows = [
+        ("a100", "llama", 6, 6),  # asked 6, all ready
+        ("h100", "llama", 2, 0),  # two starting (or just asked for by the plan)
+        ("l40", "llama", 3, 1),  # two starting
+        ("other", "granite", 5, 2),  # another model: never counted for llama
+    ]
+    assert siblings_starting(rows) == {"a100": 4, "h100": 2, "l40": 2, "other": 0}
+    assert siblings_starting([("solo", "m", 0, 3)]) == {"solo": 0}  # more ready than asked: nothing
