@@ -256,7 +256,6 @@ def planned_from_va(
     profiles: tuple[Profile, ...] | None = None,
     workload: Workload | None = None,
     ahead_rpm: float | None = None,
-    kv_cache: KVCache | None = None,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
@@ -285,7 +284,6 @@ def planned_from_va(
         variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
         workload=workload,
         ahead_rpm=ahead_rpm,
-        kv_cache=kv_cache,
     )
 
 

@@ -74,7 +74,6 @@ from variant_autoscaler.planner import (
 )
 from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
 from variant_autoscaler.sim.policies import Policy
-from variant_autoscaler.sim.replica import replica_kv_caches
 from variant_autoscaler.sim.scenario import Scenario, Variant
 from variant_autoscaler.sim.traffic import Arrivals
 
@@ -392,7 +391,6 @@ class OptimizerPolicy(Policy):
         forecast_quantile: float | None = None,
         workloads: bool = True,
         planning_attainment: float | None = None,
-        kv_ceiling: bool = False,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError("a decision interval must be > 0")
@@ -462,9 +460,6 @@ class OptimizerPolicy(Policy):
         self._room: dict[str, int] = {}
         self._guard_params = GuardParams()
         self.guard_actions = 0
-        # What each variant's replicas export as vllm:cache_config_info (V1 engine only), for the batch
-        # ceiling the operator derives from it (``kv_ceiling``: the operator's policy only).
-        self._kv_caches = replica_kv_caches(scenario) if kv_ceiling else {}
 
     @property
     def planner(self) -> Planner:
@@ -504,7 +499,6 @@ class OptimizerPolicy(Policy):
                     config=cfg,
                     workload=workloads.get(var.model) if workloads is not None else None,
                     ahead_rpm=ahead.get(var.model) if ahead is not None else None,
-                    kv_cache=self._kv_caches.get(var.name),
                 )
             )
         request = PlanRequest(
@@ -790,7 +784,6 @@ def ours_policy(
         sizing=sizing,
         forecast=forecast,
         guard=guard,
-        kv_ceiling=True,
     )
 
 

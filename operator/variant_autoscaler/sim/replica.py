@@ -14,8 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from variant_autoscaler.core.kvcache import KVCache
-from variant_autoscaler.sim.scenario import Profile, Scenario, ServerSpec
+from variant_autoscaler.sim.scenario import Profile, ServerSpec
 from vllm_emulator.costmodel import CostModel, from_profile, preset
 from vllm_emulator.engine import Engine, EngineConfig, SeqState
 from vllm_emulator.engine import Profile as EngineProfile
@@ -126,19 +125,6 @@ def v1_config(profile: Profile, server: ServerSpec, max_batch: int, seed: int) -
         prefix_hit_ratio=server.prefix_hit_ratio,
         seed=seed,
     )
-
-
-def replica_kv_caches(scenario: Scenario) -> dict[str, KVCache]:
-    """Per variant, the KV cache its replicas report (``vllm:cache_config_info``): those that run the V1
-    engine, whose cache is in blocks."""
-    out: dict[str, KVCache] = {}
-    models = {m.model_id: m for m in scenario.models}
-    for var in scenario.variants:
-        profile = models[var.model].profile(var.accelerator)
-        if profile.server is not None and profile.server.engine == "v1":
-            config = v1_config(profile, profile.server, 1, 0)
-            out[var.name] = KVCache(config.num_gpu_blocks, config.block_size)
-    return out
 
 
 class EngineServer:
