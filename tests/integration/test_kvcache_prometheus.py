@@ -97,7 +97,8 @@ async def test_the_collector_reads_the_cache_and_preemptions_and_the_plan_is_cap
     assert pod.pod == POD and pod.kv_cache == KVCache(BLOCKS, BLOCK_SIZE)
     assert pod.preemption_rate is not None and pod.preemption_rate > 0  # 160 blocks for 32 sequences
 
-    # The planner sizes the variant with what the cache holds, not the profile's batch of 64.
+    # Its pods preempt: the planner sizes the variant with what the cache holds, not the profile's
+    # batch of 64.
     load = ObservedLoad(metrics.arrival_rate * 60.0, metrics.avg_input_tokens, metrics.avg_output_tokens)
     variant = PlannedVariant(
         key=(NAMESPACE, "small"),
@@ -109,6 +110,7 @@ async def test_the_collector_reads_the_cache_and_preemptions_and_the_plan_is_cap
         min_replicas=1,
         max_replicas=None,
         kv_cache=pod.kv_cache,
+        kv_pressure=pod.preemption_rate > 0,  # as the engine sets it from the pods' preemptions
     )
     outcome = OptimizerPlanner().plan(
         PlanRequest(

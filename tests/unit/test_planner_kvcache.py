@@ -1,5 +1,6 @@
-"""The planner caps a variant's batch by what its replicas' KV cache holds (core/kvcache.py): on its
-current accelerator only, said in the reason; an unknown cache changes nothing."""
+"""The planner caps a variant's batch by what its replicas' KV cache holds (core/kvcache.py) while its
+pods are under KV pressure: on its current accelerator only, said in the reason; an unknown cache, or no
+pressure, changes nothing."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _plan(v: PlannedVariant) -> PlanOutcome:
 
 def test_the_batch_is_capped_by_the_kv_cache_and_the_reason_says_so() -> None:
     free = _plan(_variant()).decisions[(NS, "v")]
-    capped = _plan(_variant(kv_cache=SMALL)).decisions[(NS, "v")]
+    capped = _plan(_variant(kv_cache=SMALL, kv_pressure=True)).decisions[(NS, "v")]
     ceiling = batch_ceiling(SMALL, LOAD.avg_input_tokens, LOAD.avg_output_tokens)
     assert ceiling is not None and ceiling.batch < 64
     assert free.max_batch == 64 and capped.max_batch == ceiling.batch
@@ -64,14 +65,16 @@ def test_the_batch_is_capped_by_the_kv_cache_and_the_reason_says_so() -> None:
     assert capped.replicas > free.replicas
 
 
-def test_unknown_or_ample_capacity_changes_nothing() -> None:
+def test_no_pressure_unknown_or_ample_capacity_changes_nothing() -> None:
     free = _plan(_variant()).decisions[(NS, "v")]
+    # Pods that do not preempt evidently hold the batch they run: the average ceiling is not applied.
+    assert _plan(_variant(kv_cache=SMALL)).decisions[(NS, "v")] == free
     for cache in (None, KVCache(num_gpu_blocks=100_000, block_size=16)):
-        assert _plan(_variant(kv_cache=cache)).decisions[(NS, "v")] == free
+        assert _plan(_variant(kv_cache=cache, kv_pressure=True)).decisions[(NS, "v")] == free
     # No lengths measured (no traffic in the window): no ceiling either.
     idle = ObservedLoad(0.0, 0.0, 0.0)
     assert (
-        _plan(_variant(load=idle, kv_cache=SMALL)).decisions[(NS, "v")]
+        _plan(_variant(load=idle, kv_cache=SMALL, kv_pressure=True)).decisions[(NS, "v")]
         == _plan(_variant(load=idle)).decisions[(NS, "v")]
     )
 
@@ -79,7 +82,7 @@ def test_unknown_or_ample_capacity_changes_nothing() -> None:
 def test_the_servers_max_num_seqs_is_capped_too_on_the_current_accelerator_only() -> None:
     # The server runs --max-num-seqs 32 (the operator may not change it); another accelerator has
     # another cache, so there the server's 32 stays.
-    v = _variant(kv_cache=SMALL, max_batch=32, keep_accelerator=False)
+    v = _variant(kv_cache=SMALL, kv_pressure=True, max_batch=32, keep_accelerator=False)
     ceiling = batch_ceiling(SMALL, LOAD.avg_input_tokens, LOAD.avg_output_tokens)
     assert ceiling is not None
     profiles, override, note = _kv_capped(v)
@@ -89,5 +92,5 @@ def test_the_servers_max_num_seqs_is_capped_too_on_the_current_accelerator_only(
     assert d.max_batch == (ceiling.batch if d.accelerator == "A100" else 32)
     assert ("by the KV cache" in d.reason) == (d.accelerator == "A100")
     # Not capped (the cache holds the server's batch): the override passes through as it was.
-    ample = _variant(kv_cache=KVCache(num_gpu_blocks=100_000, block_size=16), max_batch=32)
+    ample = _variant(kv_cache=KVCache(num_gpu_blocks=100_000, block_size=16), kv_pressure=True, max_batch=32)
     assert _kv_capped(ample) == (ample.profiles, 32, None)

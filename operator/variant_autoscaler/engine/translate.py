@@ -27,6 +27,7 @@ from variant_autoscaler.core.learning import LearningResult
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.profile_choice import ProfileSource
 from variant_autoscaler.core.saturation import MODEL, ReplicaMetrics
+from variant_autoscaler.core.status import KV_CACHE_PRESSURE
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
@@ -239,6 +240,19 @@ def _preemption_rate(pods: Sequence[PodMetrics]) -> float | None:
     return sum(rates) if rates else None
 
 
+def _kv_pressure(ctx: VariantContext) -> bool:
+    """Its pods preempt now, or its KVCachePressure condition still holds (it stays True a while after
+    the last preemption, so the batch ceiling does not come and go with every quiet window)."""
+    rate = _preemption_rate(ctx.pods)
+    if rate is not None and rate > 0:
+        return True
+    conditions = ctx.previous.get("conditions") or ()
+    return any(
+        isinstance(c, Mapping) and c.get("type") == KV_CACHE_PRESSURE and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def plan_variant(
     ctx: VariantContext,
     snapshot: MetricsSnapshot | None,
@@ -277,6 +291,7 @@ def plan_variant(
         "idle": idle,
         "default_slo": cycle.queueing.slo_for(model, namespace),
         "kv_cache": _kv_cache(ctx.pods),
+        "kv_pressure": _kv_pressure(ctx),
     }
     if ctx.annotated is not None:
         a = ctx.annotated
