@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests that run the operator as a process on the full local cluster."""
+"""Fixtures shared by integration tests: the operator as a process on the full local cluster, and a
+standalone Prometheus."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import LocalCluster
+from localcluster import Binaries, LocalCluster, PrometheusServer
+from localcluster.procs import Supervisor
 from vatesting.harness import LoadGenerator, install
 
 
@@ -28,3 +30,20 @@ def loads() -> Iterator[list[LoadGenerator]]:
     yield started
     for load in started:
         load.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
+    """A real Prometheus of its own (no cluster), stopped at teardown; tests add its scrape targets.
+    Modules that need another scrape interval or a built-in target define their own."""
+    binaries = Binaries.locate()
+    binaries.require("prometheus")
+    supervisor = Supervisor(tmp_path)
+    server = PrometheusServer(
+        binary=binaries.prometheus, directory=tmp_path / "prometheus", supervisor=supervisor
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        supervisor.stop_all()

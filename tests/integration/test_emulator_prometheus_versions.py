@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from localcluster import Binaries, PrometheusServer, wait_for
-from localcluster.procs import Supervisor
+from localcluster import PrometheusServer, wait_for
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Collector, PrometheusClient
 from variant_autoscaler.api.config import PrometheusConfig
 from vllm_emulator.distributions import parse_distribution
@@ -31,21 +26,6 @@ V1 = [
     str(TOKEN), "--step-context-ms", "0", "--max-num-seqs", "8",
 ]  # fmt: skip
 OLD, NEW = "old/vllm-0.10", "new/vllm-0.12"
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
-    binaries = Binaries.locate()
-    binaries.require("prometheus")
-    supervisor = Supervisor(tmp_path)
-    server = PrometheusServer(
-        binary=binaries.prometheus, directory=tmp_path / "prometheus", supervisor=supervisor
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        supervisor.stop_all()
 
 
 def _present(server: PrometheusServer, series: str, model: str) -> bool:

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
-import pytest
-
-from localcluster import Binaries, PrometheusServer, wait_for
-from localcluster.procs import Supervisor
+from localcluster import PrometheusServer, wait_for
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Collector, PrometheusClient
 from variant_autoscaler.api.config import PrometheusConfig, parse_main_config
 from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
@@ -43,21 +38,6 @@ EMULATOR = [
     "--step-token-ms", "0.05", "--step-context-ms", "0", "--max-model-len", "1024",
     "--max-num-seqs", "32", "--num-gpu-blocks-override", str(BLOCKS), "--block-size", str(BLOCK_SIZE),
 ]  # fmt: skip
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
-    binaries = Binaries.locate()
-    binaries.require("prometheus")
-    supervisor = Supervisor(tmp_path)
-    server = PrometheusServer(
-        binary=binaries.prometheus, directory=tmp_path / "prometheus", supervisor=supervisor
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        supervisor.stop_all()
 
 
 async def test_the_collector_reads_the_cache_and_preemptions_and_the_plan_is_capped(
