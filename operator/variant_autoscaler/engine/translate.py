@@ -21,13 +21,13 @@ from variant_autoscaler.api.annotated import AnnotatedVariant
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
+from variant_autoscaler.core import status as st
 from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView, VariantPlan
 from variant_autoscaler.core.kvcache import KVCache
 from variant_autoscaler.core.learning import LearningResult
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.profile_choice import ProfileSource
 from variant_autoscaler.core.saturation import MODEL, ReplicaMetrics
-from variant_autoscaler.core.status import KV_CACHE_PRESSURE
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
@@ -246,10 +246,9 @@ def _kv_pressure(ctx: VariantContext) -> bool:
     rate = _preemption_rate(ctx.pods)
     if rate is not None and rate > 0:
         return True
-    conditions = ctx.previous.get("conditions") or ()
     return any(
-        isinstance(c, Mapping) and c.get("type") == KV_CACHE_PRESSURE and c.get("status") == "True"
-        for c in conditions
+        c.type == st.KV_CACHE_PRESSURE and c.status == "True"
+        for c in st.conditions_from_json(ctx.previous.get("conditions"))
     )
 
 
