@@ -33,6 +33,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_one_line(message)} (see --help)\n")
 
 
+_VERSION = f"variant-autoscaler {__version__}"  # what --version prints, with or without the parsers
+
+
 def _one_line(message: object) -> str:
     return " ".join(str(message).split())
 
@@ -43,7 +46,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="variant-autoscaler",
         description="SLO- and cost-aware autoscaler for LLM inference servers on Kubernetes.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=_VERSION)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in (command,) if command in COMMANDS else COMMANDS:
         try:
@@ -65,7 +68,7 @@ def _module_of(command: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # as argparse would print it, without importing every command's module
-        print(f"variant-autoscaler {__version__}")
+        print(_VERSION)
         return 0
     parser = build_parser(_module_of(argv[0]) if argv else None)
     args = parser.parse_args(argv)
