@@ -95,16 +95,6 @@ async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes
     assert "forecast" not in off.status() and off.replicas() < h.replicas()
 
 
-async def test_the_forecast_learns_the_arrivals_not_a_backlogs_drain() -> None:
-    """A queue that built up is drained by the plan (demand = arrivals + backlog / QUEUE_DRAIN), but it
-    is not a rate that goes on: the forecaster learns the arrivals alone."""
-    h = _harness()
-    h.load(600.0, waiting=3000.0)  # 10 req/s arriving, 3,000 queued: 10 req/s more to drain in 300 s
-    await h.engine.run_cycle()
-    assert float(h.status()["forecast"]["pointRate"]) == pytest.approx(600.0, rel=0.01)
-    assert h.replicas() > 1  # the plan still drains the queue
-
-
 def test_a_broken_state_in_the_status_is_left_and_the_newest_wins() -> None:
     book = ForecastBook()
     key = ("m", "ns")

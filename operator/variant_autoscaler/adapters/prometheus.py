@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from variant_autoscaler import USER_AGENT
 from variant_autoscaler.api.config import PrometheusConfig
-from variant_autoscaler.core.demand import demand_rate, fix_value, offered_rate
+from variant_autoscaler.core.demand import demand_rate, fix_value
 from variant_autoscaler.core.kvcache import KVCache
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import CollectionError, ConfigError
@@ -390,7 +390,6 @@ class ModelMetrics:
     newest_sample: float  # unix time of the newest success-counter sample
     completion_rate: float  # requests/s finished (what WVA calls the arrival rate)
     arrival_rate: float  # requests/s of demand: completions plus queue growth and backlog
-    offered_rate: float  # requests/s arriving: completions plus queue growth (no backlog); forecast input
     avg_input_tokens: float
     avg_output_tokens: float
     ttft_ms: float
@@ -546,7 +545,6 @@ class Collector:
                 arrival_rate=demand_rate(
                     completion, get("waiting"), get("waiting_growth"), window_seconds, drain_seconds
                 ),
-                offered_rate=offered_rate(completion, get("waiting_growth"), window_seconds),
                 avg_input_tokens=get("avg_input_tokens"),
                 avg_output_tokens=get("avg_output_tokens"),
                 ttft_ms=get("ttft_seconds") * 1000.0,

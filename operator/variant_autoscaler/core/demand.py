@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["demand_rate", "fix_value", "offered_rate"]
+__all__ = ["demand_rate", "fix_value"]
 
 
 def fix_value(value: float) -> float:
@@ -24,15 +24,3 @@ def demand_rate(
     growth = max(0.0, fix_value(waiting_growth)) / window_seconds
     backlog = max(0.0, fix_value(waiting)) / drain_seconds
     return max(0.0, fix_value(completion_rate)) + growth + backlog
-
-
-def offered_rate(completion_rate: float, waiting_growth: float, window_seconds: float) -> float:
-    """Requests/s arriving: the completions plus the waiting queue's growth over the window (negative
-    while a queue drains: the servers then finish more than arrives).
-
-    What a rate forecast learns from. :func:`demand_rate` adds the backlog's drain to it, a one-off
-    need: learnt as a rate, a queue built up in a burst reads as a further rise, and the forecaster
-    projects it as a trend and remembers it among its errors.
-    """
-    growth = fix_value(waiting_growth) / window_seconds
-    return max(0.0, fix_value(completion_rate) + growth)

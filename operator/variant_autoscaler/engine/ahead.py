@@ -3,7 +3,7 @@
 For variants whose service class states attainment or percentile targets (docs/tail-slo.md):
 
 * :class:`ForecastBook` keeps one forecaster (:mod:`variant_autoscaler.core.forecast`) per model and
-  namespace, updated once per interval with the model's arrival rate, and gives the planner its upper quantile
+  namespace, updated once per interval with the model's demand, and gives the planner its upper quantile
   over "start-up + one interval". Its state is written into the ``status.forecast`` of every
   VariantAutoscaling of the model, with the status the cycle writes anyway (no extra API call, no extra
   RBAC, and it goes with the objects it describes): a restarted operator, or a new leader, resumes from
@@ -101,7 +101,7 @@ class ForecastBook:
         self._entries.update(found)
 
     def update(self, key: ModelKey, rate: float, now: datetime, cfg: MainConfig) -> Forecast | None:
-        """Learn ``rate`` (req/s, the model's arrivals) once per interval (or metrics window, if longer)
+        """Learn ``rate`` (req/s, the model's demand) once per interval (or metrics window, if longer)
         and return the forecast (None with the forecast off)."""
         fcfg = _forecast_config(cfg)
         if fcfg is None:
@@ -147,9 +147,7 @@ class ForecastBook:
             lookup = snapshot.lookup(model, namespace)
             if lookup.state != "ok" or lookup.metrics is None:
                 continue
-            # The arrivals, not the demand: a backlog's drain is a one-off need, which the planner adds
-            # to the current load; learnt as a rate it would read as a rise (core/demand.offered_rate).
-            found = self.update((model, namespace), lookup.metrics.offered_rate, now, cfg)
+            found = self.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
             if found is not None:
                 out[(model, namespace)] = found.upper * 60.0
         return out

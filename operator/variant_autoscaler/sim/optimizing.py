@@ -47,7 +47,7 @@ from variant_autoscaler.api.configmaps import (
     parse_service_classes,
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
-from variant_autoscaler.core.demand import demand_rate, offered_rate
+from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.core.forecast import DEFAULT_QUANTILE, ForecastConfig, ForecastState
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
@@ -260,8 +260,6 @@ class ModelLoad:
     rpm: float
     avg_input_tokens: float
     avg_output_tokens: float
-    # The arrivals alone (req/min; the operator's ``offered_rate``), what the forecast learns; None: ``rpm``.
-    offered_rpm: float | None = None
 
 
 def observed_loads(
@@ -270,9 +268,8 @@ def observed_loads(
     """Per model, the load a collector grouped by ``model_name`` reads from the scrapes.
 
     ``wva``: the completion rate (WVA's "arrival rate"). ``ours``: the operator collector's demand,
-    completions plus the waiting queue's growth over the window plus its backlog over ``drain_s``, and
-    its arrivals without the backlog (what the forecast learns). Token means are completion-weighted
-    over the model's variants.
+    completions plus the waiting queue's growth over the window plus its backlog over ``drain_s``.
+    Token means are completion-weighted over the model's variants.
     """
     window = scenario.settings.rate_window_s
     by_model: dict[str, list[VariantView]] = {}
@@ -294,11 +291,9 @@ def observed_loads(
                 drain_s,
             )
             rpm = rps * 60.0
-            growth = sum(v.waiting_growth for v in views)
-            offered: float | None = offered_rate(success / 60.0, growth, window) * 60.0
         else:
-            rpm, offered = success, None
-        loads[model] = ModelLoad(rpm, avg_in, avg_out, offered)
+            rpm = success
+        loads[model] = ModelLoad(rpm=rpm, avg_input_tokens=avg_in, avg_output_tokens=avg_out)
     return loads
 
 
@@ -600,14 +595,12 @@ class OptimizerPolicy(Policy):
     def _ahead(self, loads: Mapping[str, ModelLoad]) -> tuple[dict[str, ModelLoad], dict[str, float]]:
         """Each model's demand and forecast over "start-up + one interval": handed to the planner as
         the operator does (``ahead``, req/min), or with an explicit mode, the demand raised to it here.
-        The forecaster learns every observed arrival rate either way (as the operator, without the
-        backlog's drain, which the demand adds)."""
+        The forecaster learns from every observed demand either way."""
         out: dict[str, ModelLoad] = {}
         ahead: dict[str, float] = {}
         for model, load in loads.items():
             cfg = self._forecast_cfg[model]
-            learnt = load.rpm if load.offered_rpm is None else load.offered_rpm
-            state = update_forecast(self._forecasts[model], learnt / 60.0, cfg)
+            state = update_forecast(self._forecasts[model], load.rpm / 60.0, cfg)
             self._forecasts[model] = state
             mode = self.forecast_mode[model]
             out[model] = load

@@ -22,7 +22,7 @@ from variant_autoscaler.adapters.prometheus import (
     build_ssl_context,
 )
 from variant_autoscaler.api.config import PrometheusConfig
-from variant_autoscaler.core.demand import demand_rate, offered_rate
+from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import CollectionError, ConfigError
 
 NOW = 1_700_000_000.0
@@ -123,21 +123,11 @@ async def test_overload_demand_exceeds_completions() -> None:
     assert metrics is not None
     assert metrics.arrival_rate == pytest.approx(2.0 + 30.0 / 60 + 60.0 / 300)
     assert metrics.completion_rate == 2.0
-    assert metrics.offered_rate == pytest.approx(2.0 + 30.0 / 60)  # the arrivals: no backlog
 
 
 def test_demand_rate_ignores_a_shrinking_queue_and_bad_values() -> None:
     assert demand_rate(1.0, 0.0, -20.0, 60.0, 300.0) == 1.0
     assert demand_rate(math.nan, math.nan, math.inf, 60.0, 300.0) == 0.0
-
-
-def test_the_offered_rate_counts_arrivals_only() -> None:
-    """Completions plus the queue's growth; a draining queue means fewer arrived than finished; never
-    below zero, and bad values read as 0."""
-    assert offered_rate(2.0, 30.0, 60.0) == pytest.approx(2.5)
-    assert offered_rate(2.0, -60.0, 60.0) == pytest.approx(1.0)
-    assert offered_rate(0.5, -600.0, 60.0) == 0.0
-    assert offered_rate(math.nan, math.inf, 60.0) == 0.0
 
 
 async def test_errors_become_collection_errors() -> None:
