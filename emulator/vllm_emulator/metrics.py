@@ -69,7 +69,8 @@ PREFILL_TOKEN_TIME_BUCKETS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02
 PARAMS_N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
 
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
-"""vLLM's ``FinishReason`` values, each pre-created at 0 as vLLM does."""
+"""vLLM's ``FinishReason`` values, each pre-created at 0 as vLLM does (``abort`` never counts: see
+``_finished``)."""
 
 
 def build_1_2_5_buckets(max_value: int) -> list[float]:
@@ -221,9 +222,15 @@ class EmulatorMetrics:
 
     def _finished(self, seq: EngineSequence) -> None:
         reason = seq.finish_reason or "abort"
+        if reason == "abort":
+            # As vLLM (V1, through 0.13 and main as of 2026-09): a request the client abandoned leaves no
+            # trace in the per-request metrics, and its ``finished_reason="abort"`` series stays at 0
+            # (vllm-project/vllm issues 31503 and 55634). A server's completions therefore under-read
+            # its arrivals while clients time out.
+            return
         self.success[reason] = self.success.get(reason, 0) + 1
-        if reason == "abort" or seq.first_token_time is None or seq.scheduled_time is None:
-            return  # aborted requests are counted, not timed
+        if seq.first_token_time is None or seq.scheduled_time is None:
+            return
         last = seq.last_token_time if seq.last_token_time is not None else seq.first_token_time
         finish = seq.finish_time if seq.finish_time is not None else last
         decode = last - seq.first_token_time
