@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 
 from localcluster import PrometheusServer, wait_for
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Collector, PrometheusClient
-from variant_autoscaler.api.config import PrometheusConfig, parse_main_config
-from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView, decide, report
 from variant_autoscaler.core.kvcache import KVCache, batch_ceiling
@@ -22,10 +21,8 @@ from variant_autoscaler.planner import (
     ObservedLoad,
     OptimizerPlanner,
     PlannedVariant,
-    PlanRequest,
-    optimizer_config,
 )
-from vatesting.fakes import load_yaml
+from vatesting.planning import plan_request
 from vatesting.profiles import profile
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.loadgen import LoadSpec, run_load
@@ -92,17 +89,7 @@ async def test_the_collector_reads_the_cache_and_preemptions_and_the_plan_is_cap
         kv_cache=pod.kv_cache,
         kv_pressure=pod.preemption_rate > 0,  # as the engine sets it from the pods' preemptions
     )
-    outcome = OptimizerPlanner().plan(
-        PlanRequest(
-            variants=(variant,),
-            accelerators=parse_accelerator_costs(
-                load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"]
-            ).accelerators,
-            classes=parse_service_classes(load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"]),
-            optimizer=optimizer_config(parse_main_config({})),
-            capacity=None,
-        )
-    )
+    outcome = OptimizerPlanner().plan(plan_request(variant))
     plan = outcome.decisions[variant.key]
     ceiling = batch_ceiling(pod.kv_cache, load.avg_input_tokens, load.avg_output_tokens)
     assert ceiling is not None and ceiling.batch < 64

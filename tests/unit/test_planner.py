@@ -10,7 +10,7 @@ import pytest
 
 from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.api.config import MainConfig, parse_main_config
-from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.configmaps import parse_service_classes
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.planner import (
     ObservedLoad,
@@ -18,14 +18,11 @@ from variant_autoscaler.planner import (
     PlannedVariant,
     PlanRequest,
     SloClassRef,
-    optimizer_config,
     planned_from_va,
     resolve_service_class,
 )
 from vatesting.fakes import NS, VA, Harness, load_yaml
-
-CLASSES: dict[str, str] = load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"]
-COSTS: dict[str, str] = load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"]
+from vatesting.planning import SHIPPED_CLASSES, plan_request
 
 
 def _va(name: str = VA, **spec: Any) -> VariantAutoscaling:
@@ -55,14 +52,14 @@ def _va(name: str = VA, **spec: Any) -> VariantAutoscaling:
 )
 def test_slo_class_resolution(ref: dict[str, str], model: str, expected: str) -> None:
     resolved = resolve_service_class(
-        model, SloClassRef(ref["name"], ref["key"]), parse_service_classes(CLASSES), "service-classes-config"
+        model, SloClassRef(ref["name"], ref["key"]), SHIPPED_CLASSES, "service-classes-config"
     )
     assert resolved is not None and resolved[1] == expected
 
 
 def test_unknown_model_has_no_class() -> None:
     ref = SloClassRef("premium", "opt-125m")
-    classes = parse_service_classes(CLASSES)
+    classes = SHIPPED_CLASSES
     assert resolve_service_class("nobody/knows", ref, classes, "service-classes-config") is None
 
 
@@ -89,13 +86,7 @@ def _planned(
 
 
 def _request(*variants: PlannedVariant, capacity: dict[str, int] | None = None, **cm: str) -> PlanRequest:
-    return PlanRequest(
-        variants=variants,
-        accelerators=parse_accelerator_costs(COSTS).accelerators,
-        classes=parse_service_classes(CLASSES),
-        optimizer=optimizer_config(parse_main_config(cm)),
-        capacity=capacity,
-    )
+    return plan_request(*variants, capacity=capacity, **cm)
 
 
 def test_shared_load_is_split_and_not_double_counted() -> None:

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from variant_autoscaler.api.config import parse_main_config
-from variant_autoscaler.api.configmaps import parse_accelerator_costs, parse_service_classes
 from variant_autoscaler.core.kvcache import KVCache, batch_ceiling
 from variant_autoscaler.planner import (
     ObservedLoad,
     OptimizerPlanner,
     PlannedVariant,
     PlanOutcome,
-    PlanRequest,
     _kv_capped,
-    optimizer_config,
 )
-from vatesting.fakes import NS, load_yaml
+from vatesting.fakes import NS
+from vatesting.planning import plan_request
 from vatesting.profiles import profile
 
-CLASSES: dict[str, str] = load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"]
-COSTS: dict[str, str] = load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"]
 LOAD = ObservedLoad(1200.0, 500.0, 200.0)
 SMALL = KVCache(num_gpu_blocks=500, block_size=16)  # 8000 tokens: about ten sequences of 700
 
@@ -42,15 +37,7 @@ def _variant(**kw: object) -> PlannedVariant:
 
 
 def _plan(v: PlannedVariant) -> PlanOutcome:
-    return OptimizerPlanner().plan(
-        PlanRequest(
-            variants=(v,),
-            accelerators=parse_accelerator_costs(COSTS).accelerators,
-            classes=parse_service_classes(CLASSES),
-            optimizer=optimizer_config(parse_main_config({})),
-            capacity=None,
-        )
-    )
+    return OptimizerPlanner().plan(plan_request(v))
 
 
 def test_the_batch_is_capped_by_the_kv_cache_and_the_reason_says_so() -> None:

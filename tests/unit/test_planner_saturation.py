@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from variant_autoscaler.api.config import parse_main_config
-from variant_autoscaler.api.configmaps import ServiceClasses, parse_accelerator_costs, parse_service_classes
+from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.core.model import ModelTarget
@@ -18,13 +18,11 @@ from variant_autoscaler.planner import (
     OptimizerPlanner,
     PlannedVariant,
     PlanRequest,
-    optimizer_config,
     planned_from_va,
 )
 from vatesting.fakes import NS, load_yaml
+from vatesting.planning import SHIPPED_CLASSES, plan_request
 
-COSTS = parse_accelerator_costs(load_yaml("deploy/manager/configmap-accelerator-unitcost.yaml")["data"])
-CLASSES = parse_service_classes(load_yaml("deploy/manager/configmap-serviceclass.yaml")["data"])
 MODEL = "default/default"
 V1_ONLY = (AnalyzerConfig(V1),)
 
@@ -54,15 +52,10 @@ def _bare(
     )
 
 
-def _request(*variants: PlannedVariant, floor: bool = True, classes: ServiceClasses = CLASSES) -> PlanRequest:
-    return PlanRequest(
-        variants=variants,
-        accelerators=COSTS.accelerators,
-        classes=classes,
-        optimizer=optimizer_config(parse_main_config({})),
-        capacity=None,
-        saturation_floor=floor,
-    )
+def _request(
+    *variants: PlannedVariant, floor: bool = True, classes: ServiceClasses = SHIPPED_CLASSES
+) -> PlanRequest:
+    return plan_request(*variants, classes=classes, saturation_floor=floor)
 
 
 def test_profile_less_variants_are_sized_by_saturation_cheapest_first() -> None:
