@@ -48,6 +48,7 @@ class Scrape:
     prompt: tuple[float, float]
     inference: tuple[float, float]
     running: float
+    joined: tuple[float, float] = (0.0, 0.0)  # Σ prompt × admitted batch, Σ prompt (finished requests)
 
 
 @dataclass
@@ -58,9 +59,20 @@ class Pod:
     engine: Engine | V1Engine
     metrics: EmulatorMetrics
     scrapes: list[Scrape] = field(default_factory=list)
+    # Σ prompt × admitted batch and Σ prompt over the requests the prefill histogram has counted: what
+    # the engine knows and vLLM does not export (the estimator's floor, ``known_batch`` below).
+    joined: tuple[float, float] = (0.0, 0.0)
 
     def advance(self, t: float) -> None:
-        self.metrics.record(self.engine.advance(t))
+        out = self.engine.advance(t)
+        lb, prompt = self.joined
+        for seq in out.finished:
+            # the requests EmulatorMetrics puts in the prefill histogram (not aborted, prefilled)
+            if seq.finish_reason != "abort" and seq.first_token_time is not None and seq.admitted_batch:
+                lb += seq.prompt_tokens * seq.admitted_batch
+                prompt += seq.prompt_tokens
+        self.joined = (lb, prompt)
+        self.metrics.record(out)
 
     def scrape(self, t: float) -> None:
         self.advance(t)
@@ -73,11 +85,16 @@ class Pod:
                 prompt=(m.prompt_tokens.sum, float(m.prompt_tokens.count)),
                 inference=(m.inference.sum, float(m.inference.count)),
                 running=float(self.engine.num_running),
+                joined=self.joined,
             )
         )
 
-    def window(self, end: float, seconds: float, model: str) -> PodWindow | None:
-        """The pod's window as Prometheus computes it from the scrapes in ``(end − seconds, end]``."""
+    def window(
+        self, end: float, seconds: float, model: str, *, known_batch: bool = False
+    ) -> PodWindow | None:
+        """The pod's window as Prometheus computes it from the scrapes in ``(end − seconds, end]``;
+        ``known_batch``: with the batch its requests joined, which the engine knows and vLLM does not
+        export (``PodWindow.joined_batch``)."""
         times = [s.t for s in self.scrapes]
         lo = bisect.bisect_right(times, end - seconds)
         hi = bisect.bisect_right(times, end)
@@ -94,6 +111,7 @@ class Pod:
         itl_s, itl_n = delta(lambda s: s.itl)
         pre_s, pre_n = delta(lambda s: s.prefill)
         prm_s, prm_n = delta(lambda s: s.prompt)
+        lb, lsum = delta(lambda s: s.joined)
         gauge = [s.running for s in samples]
         return PodWindow(
             namespace="bench",
@@ -110,6 +128,7 @@ class Pod:
             running=(itl_s + pre_s) / span,
             gauge_mean=statistics.fmean(gauge),
             gauge_var=statistics.pvariance(gauge),
+            joined_batch=lb / lsum if known_batch and lsum > 0 else None,
         )
 
 
@@ -146,12 +165,14 @@ def drive(
     max_batch: int,
     hand: ServiceParms | None = None,
     state: EstimatorState | None = None,
+    known_batch: bool = False,
 ) -> list[Cycle]:
     """``seconds`` of traffic at levels moving between LOW and HIGH of ``capacity`` (req/s, all the pods
     together), each arrival routed to a pod at random with ``request(rng)`` = (prompt, output) tokens;
     the estimator's view after every cycle.
 
-    ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``).
+    ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``);
+    ``known_batch``: the windows carry the batch their requests joined (see ``Pod.window``).
     """
     segments = levels(rng, seconds)
     starts = [s for s, _ in segments]
@@ -170,7 +191,8 @@ def drive(
                 next_scrape += SCRAPE_S
                 continue
             now = next_cycle
-            windows = [w for pod in pods if (w := pod.window(now, WINDOW_S, MODEL)) is not None]
+            found = (pod.window(now, WINDOW_S, MODEL, known_batch=known_batch) for pod in pods)
+            windows = [w for w in found if w is not None]
             est = update(est, windows, now=now, prior=hand, max_batch=max_batch).state
             learned = learned_profile(est, hand)
             choice = choose_profile(ProfileMode.AUTO, hand, learned, previous=source)

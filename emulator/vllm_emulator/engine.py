@@ -157,6 +157,9 @@ class Sequence:
     ``arrival_time`` (submit), ``scheduled_time`` (first admission, as vLLM's ``scheduled_ts``),
     ``first_token_time``, ``last_token_time`` (see :meth:`Engine.last_token_time` while decoding) and
     ``finish_time``. ``finish_reason`` is ``"length"``, ``"stop"`` or ``"abort"`` once finished.
+    ``admitted_batch``: the batch size ``b`` its (last) prefill was timed at, itself included (``None``
+    until admitted, and on the V1 engine, whose prefills run in steps): what vLLM does not export, kept
+    so that a benchmark can tell how much an estimator working from vLLM's metrics loses by not knowing it.
     """
 
     __slots__ = (
@@ -165,6 +168,7 @@ class Sequence:
         "_join_base",
         "_kv_const",
         "_stop_reason",
+        "admitted_batch",
         "arrival_time",
         "finish_reason",
         "finish_time",
@@ -200,6 +204,7 @@ class Sequence:
         self.finish_time: float | None = None
         self.finish_reason: str | None = None
         self.num_preemptions = 0
+        self.admitted_batch: int | None = None
         self.state = SeqState.WAITING
         self._stop_reason = stop_reason
         self._gen = 0  # tokens generated (while DECODING: at the time it joined)
@@ -617,6 +622,7 @@ class Engine(_EngineCore[Sequence, EngineOutput]):
                 seq.scheduled_time = t
             seq.state = SeqState.PREFILLING
             seq._epoch += 1
+            seq.admitted_batch = len(running)
             dur = self._profile.prefill_ms(seq.prompt_tokens + seq._gen, len(running)) * self._unit
             if self._sigma > 0:
                 dur *= self._noise_factor()

@@ -84,6 +84,10 @@ class PodWindow:
       ``rate(prefill sum)`` the number prefilling; else the gauge's ``avg_over_time``.
     * ``gauge_mean`` / ``gauge_var``: mean and variance of the scraped ``num_requests_running``
       samples in the window (``avg_over_time`` / ``stdvar_over_time``): how much the batch moved.
+    * ``joined_batch``: the batch the window's requests joined, prompt-weighted (``Σ L·b / Σ L``), where
+      it is known. vLLM does not export it, so the operator never has it and the batch is inferred from
+      ``running`` (:func:`admission_batch`); a benchmark on emulated servers sets it to measure what
+      that inference costs (``bench/profile_learning.py``).
 
     ``None`` (or a count of 0) marks what the window does not have.
     """
@@ -101,6 +105,7 @@ class PodWindow:
     running: float | None = None
     gauge_mean: float | None = None
     gauge_var: float | None = None
+    joined_batch: float | None = None
 
     @property
     def start(self) -> float:
@@ -391,7 +396,10 @@ def update(
             and w.requests >= config.min_prefill_requests
         ):
             assert w.prefill_ms is not None and w.prompt_tokens is not None
-            x = w.prompt_tokens * admission_batch(w.running, max_batch, alpha, beta, w.dispersion)
+            joined = w.joined_batch
+            if joined is None or not _finite_positive(joined):
+                joined = admission_batch(w.running, max_batch, alpha, beta, w.dispersion)
+            x = w.prompt_tokens * joined
             weight = w.requests / (w.requests + config.prefill_requests_half) * _steadiness(w.dispersion)
             prefill_points.append((x, w.prefill_ms, weight))
 

@@ -136,6 +136,31 @@ def test_varied_load_and_prompts_identify_all_four_parameters() -> None:
     assert 0 < lo < hi
 
 
+def test_a_known_joined_batch_is_used_instead_of_the_inferred_one() -> None:
+    """A window that carries the batch its requests joined (a benchmark's engine knows it; vLLM does not
+    export it) is fitted on that batch, not on the one inferred from the running average."""
+    rng = random.Random(3)
+    state = EstimatorState()
+    for i in range(1, 13):
+        now = i * CYCLE
+        windows = []
+        for k in range(3):
+            joined, prompt = rng.choice((3.0, 9.0, 25.0)), rng.choice((128.0, 512.0))
+            w = window(TRUE, 10.0, prompt, end=now, pod=f"p{k}")  # running says 10 whatever the batch
+            prefill = TRUE.gamma + TRUE.delta * prompt * joined
+            windows.append(replace(w, prefill_ms=prefill, joined_batch=joined))
+        state = update(state, windows, now=now, max_batch=N).state
+    learned = learned_profile(state)
+    assert rel(learned.gamma.value, TRUE.gamma) < 0.01, learned.summary()
+    assert rel(learned.delta.value, TRUE.delta) < 0.01, learned.summary()
+    # without it, the same prefill times against a batch that never varied identify nothing
+    blind = EstimatorState()
+    for i in range(1, 13):
+        windows = [replace(w, joined_batch=None) for w in windows]
+        blind = update(blind, [replace(w, end=i * CYCLE) for w in windows], now=i * CYCLE, max_batch=N).state
+    assert learned_profile(blind).gamma.value != pytest.approx(TRUE.gamma, rel=0.01)
+
+
 def test_a_batch_that_never_varies_keeps_the_slope_prior_and_says_so() -> None:
     prior = ServiceParms(alpha=15.0, beta=0.6, gamma=30.0, delta=0.06)
     state = run_cycles(EstimatorState(), 10, TRUE, batches=(12.0,), prompts=(256.0,), prior=prior)

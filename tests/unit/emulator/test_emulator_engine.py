@@ -189,6 +189,19 @@ def test_arrival_to_a_busy_engine_with_room_starts_prefill_at_once() -> None:
     assert seq.first_token_time == pytest.approx(0.5 + prefill_s(100, 2))
 
 
+def test_each_sequence_records_the_batch_its_prefill_was_timed_at() -> None:
+    engine = make(max_num_seqs=2)
+    seqs = [engine.submit(i, 20, 10, now=0.001 * i) for i in range(3)]
+    assert [s.admitted_batch for s in seqs] == [1, 2, None]  # the third waits for a slot
+    run_events(engine)
+    assert seqs[2].admitted_batch == 2  # admitted when a slot freed, beside the other one still running
+    # the prefill it was timed at: scheduled -> first token
+    for s in seqs:
+        assert s.first_token_time is not None and s.scheduled_time is not None
+        assert s.admitted_batch is not None
+        assert s.first_token_time - s.scheduled_time == pytest.approx(prefill_s(20, s.admitted_batch))
+
+
 def test_gauges_follow_the_engine_state() -> None:
     engine = make(max_num_seqs=1, kv_cache_tokens=10_000)
     engine.submit("a", 100, 10, now=0.0)
