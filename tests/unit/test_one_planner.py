@@ -16,7 +16,8 @@ from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.cli import main
 from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.planner import OptimizerPlanner, PlanOutcome, PlanRequest
-from variant_autoscaler.sim.optimizing import NAMESPACE, ModelLoad, ours_policy
+from variant_autoscaler.sim.loads import ModelLoad
+from variant_autoscaler.sim.optimizing import NAMESPACE, ours_policy
 from variant_autoscaler.sim.scenarios import load_bundled
 from vatesting.fakes import Harness
 

@@ -13,8 +13,9 @@ import pytest
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import OptimizerPlanner, PlanOutcome, PlanRequest, VariantPlan
 from variant_autoscaler.sim.config import parse_scenario
+from variant_autoscaler.sim.loads import future_loads, future_workloads
 from variant_autoscaler.sim.observe import ModelView, Observation, VariantView, token_buckets
-from variant_autoscaler.sim.optimizing import future_loads, future_workloads, ours_policy, plan_inputs
+from variant_autoscaler.sim.optimizing import ours_policy, plan_inputs
 from variant_autoscaler.sim.policies import SaturationPolicy
 from variant_autoscaler.sim.runner import checked_oracle, make_policy, make_policy_known, run_policies
 from variant_autoscaler.sim.scenario import ModelSpec
