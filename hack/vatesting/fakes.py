@@ -51,6 +51,8 @@ _PLURALS = {
     "scaledobjects": ("keda.sh", "v1alpha1"),
 }
 _IDLE = re.compile(r"increase\(vllm:request_success_total\[(\w+)\]\)")
+# The arrival counter's query (ARRIVAL_COUNTER), whatever the counter: answered from the "arrivals" values.
+_ARRIVALS = re.compile(r"^sum by \(model_name, namespace\) \(rate\([a-zA-Z_:][a-zA-Z0-9_:]*\[\w+\]\)\)$")
 _WINDOW = re.compile(r"\[(\d+)s\]")
 _PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -276,9 +278,10 @@ def _status(code: int, message: str) -> httpx.Response:
 
 
 class FakePrometheus:
-    """Answers the collector's fixed queries from per-(model, namespace) values set by the test, the
-    per-pod saturation queries from :meth:`set_pod`, the idle queries from :meth:`set_requests` and the
-    gateway's queue from ``gateway``."""
+    """Answers the collector's fixed queries from per-(model, namespace) values set by the test (an
+    arrival counter's rate from an ``arrivals`` value, where one is set), the per-pod saturation queries
+    from :meth:`set_pod`, the idle queries from :meth:`set_requests` and the gateway's queue from
+    ``gateway``."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str], dict[str, float]] = {}
@@ -398,6 +401,11 @@ class FakePrometheus:
             for (model, ns), count in self.requests_within.items():
                 labels = {"model_name": model, "namespace": ns}
                 result.append({"metric": labels, "value": [self.now, repr(count)]})
+        elif name is None and _ARRIVALS.match(query):
+            for (model, ns), row in self.series.items():
+                if "arrivals" in row:
+                    labels = {"model_name": model, "namespace": ns}
+                    result.append({"metric": labels, "value": [self.now, repr(row["arrivals"])]})
         elif name is None:
             return httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": query})
         else:

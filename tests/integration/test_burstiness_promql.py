@@ -1,9 +1,11 @@
-"""The burstiness, length and burst-guard queries are PromQL a real Prometheus accepts (and answers for
-real series)."""
+"""The burstiness, length, burst-guard and arrival queries are PromQL a real Prometheus accepts (and
+answers for real series)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,11 +17,23 @@ from localcluster.net import free_port
 from localcluster.procs import Supervisor
 from variant_autoscaler.adapters.burstiness import build_tail_queries
 from variant_autoscaler.adapters.guard_signals import GuardSignals, build_guard_query, read_guard_signals
-from variant_autoscaler.adapters.prometheus import Sample
+from variant_autoscaler.adapters.prometheus import (
+    QUERIES_PER_CYCLE,
+    Collector,
+    MetricsSnapshot,
+    PrometheusClient,
+    Sample,
+    arrivals_query,
+)
+from variant_autoscaler.api.config import PrometheusConfig
+
+GATEWAY_COUNTER = "inference_objective_request_total"
 
 
 class _Vllm(BaseHTTPRequestHandler):
-    """The series the queries read, as a vLLM server exposes them (a counter that grows each scrape)."""
+    """The series the queries read, as a vLLM server exposes them (a counter that grows each scrape),
+    and an inference gateway's counter of arriving requests, which grows faster: in overload requests
+    arrive that vLLM never finishes."""
 
     count = 0
 
@@ -28,6 +42,8 @@ class _Vllm(BaseHTTPRequestHandler):
         labels = 'model_name="m",namespace="ns"'
         body = "\n".join(
             [
+                f"# TYPE {GATEWAY_COUNTER} counter",
+                f'{GATEWAY_COUNTER}{{{labels},target_model_name="m"}} {3 * _Vllm.count}',
                 "# TYPE vllm:request_success_total counter",
                 f"vllm:request_success_total{{{labels}}} {_Vllm.count}",
                 "# TYPE vllm:num_requests_waiting gauge",
@@ -104,3 +120,25 @@ def test_the_guard_reads_four_signals_per_model_in_one_query(prometheus: Prometh
 
     found = wait_for(signals, timeout=120, what="all four guard signals")
     assert found.kv == 0.25 and found.completions > 0 and 0 <= found.waiting < 5
+
+
+def test_the_arrival_counter_is_the_forecast_input_where_configured(prometheus: PrometheusServer) -> None:
+    """With ARRIVAL_COUNTER, one query more reads each model's arrivals (what the forecast learns); without
+    it, the cycle's queries are unchanged and nothing is made up."""
+    wait_for(lambda: prometheus.query(arrivals_query(GATEWAY_COUNTER, 30.0)), timeout=90, what="two scrapes")
+
+    async def collect(counter: str | None) -> MetricsSnapshot:
+        client = PrometheusClient(PrometheusConfig(base_url=prometheus.url), backoff=0.1)
+        try:
+            collector = Collector(client)
+            return await collector.collect(now=time.time(), window_seconds=30.0, arrival_counter=counter)
+        finally:
+            await client.aclose()
+
+    with_counter, without = asyncio.run(collect(GATEWAY_COUNTER)), asyncio.run(collect(None))
+    assert with_counter.queries == QUERIES_PER_CYCLE + 1 and without.queries == QUERIES_PER_CYCLE
+    found, plain = with_counter.lookup("m", "ns").metrics, without.lookup("m", "ns").metrics
+    assert found is not None and plain is not None and plain.offered_rate is None
+    # the gateway's counter grows three times as fast as the completions
+    assert found.offered_rate is not None
+    assert found.offered_rate == pytest.approx(3 * found.completion_rate, rel=0.2)

@@ -95,6 +95,21 @@ async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes
     assert "forecast" not in off.status() and off.replicas() < h.replicas()
 
 
+async def test_with_an_arrival_counter_the_forecast_learns_the_arrivals() -> None:
+    """ARRIVAL_COUNTER (e.g. the inference gateway's): one query more, and the forecast learns what
+    arrives, time-outs included, instead of what vLLM finished; a model the counter has no series for
+    keeps the demand."""
+    h = _harness(ARRIVAL_COUNTER="inference_objective_request_total")
+    h.load(600.0, arrivals=15.0)  # 10 req/s finished, 15 arriving: clients give up in the queue
+    report = await h.engine.run_cycle()
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + 1
+    assert float(h.status()["forecast"]["pointRate"]) == pytest.approx(900.0, rel=1e-3)
+    absent = _harness(ARRIVAL_COUNTER="inference_objective_request_total")
+    absent.load(600.0)
+    await absent.engine.run_cycle()
+    assert float(absent.status()["forecast"]["pointRate"]) == pytest.approx(600.0, rel=1e-3)
+
+
 def test_a_broken_state_in_the_status_is_left_and_the_newest_wins() -> None:
     book = ForecastBook()
     key = ("m", "ns")

@@ -97,6 +97,13 @@ def build_saturation_queries(window_seconds: float) -> dict[str, str]:
     }
 
 
+def arrivals_query(counter: str, window_seconds: float) -> str:
+    """Requests/s arriving per model, from a counter of arrivals (``ARRIVAL_COUNTER``): one query. The
+    counter must carry the model in ``model_name`` as vLLM's series do (the inference gateway's
+    ``inference_objective_request_total`` does: the model a request asked for)."""
+    return f"sum {_BY} (rate({counter}[{_window(window_seconds)}]))"
+
+
 def idle_query(retention_seconds: float) -> str:
     """Requests that succeeded within the retention period, per model (0: idle, may go to zero)."""
     return f"sum {_BY} (increase(vllm:request_success_total[{_window(retention_seconds)}]))"
@@ -107,7 +114,7 @@ GATEWAY_QUEUE_LABEL = "target_model_name"
 GATEWAY_QUEUE_QUERY = f"sum by ({GATEWAY_QUEUE_LABEL}) (inference_extension_flow_control_queue_size)"
 
 #: Queries of one cycle, whatever the number of variants (plus one per distinct scale-to-zero retention
-#: period when scale to zero is enabled for some model).
+#: period when scale to zero is enabled for some model, and one with an ARRIVAL_COUNTER).
 QUERIES_PER_CYCLE = len(build_queries(60.0)) + len(build_saturation_queries(60.0))
 
 
@@ -396,6 +403,9 @@ class ModelMetrics:
     itl_ms: float
     waiting: float
     absent: tuple[str, ...] = ()  # queries (build_queries' names) that returned nothing for this model
+    # requests/s arriving, from the configured arrival counter (ARRIVAL_COUNTER, e.g. the inference
+    # gateway's); None without one, or without a series for this model
+    offered_rate: float | None = None
 
 
 # What each quantity reads, for the message when its series are absent.
@@ -524,10 +534,15 @@ class Collector:
         staleness_seconds: float = 120.0,
         drain_seconds: float = 300.0,
         retention_periods: Sequence[float] = (),
+        arrival_counter: str | None = None,
     ) -> MetricsSnapshot:
+        """Every model's metrics over the window ending at ``now``; ``arrival_counter``: a counter of
+        arriving requests (one query more), whose rate becomes each model's ``offered_rate``."""
         queries = {**build_queries(window_seconds), **build_saturation_queries(window_seconds)}
         retentions = sorted(set(retention_periods))
         queries.update({f"idle_{r:g}": idle_query(r) for r in retentions})
+        if arrival_counter:
+            queries["arrivals"] = arrivals_query(arrival_counter, window_seconds)
         raw = await self.client.query_set(queries, at=now)
         values = {name: _by_key(samples) for name, samples in raw.items()}
         by_key: dict[ModelKey, ModelMetrics] = {}
@@ -537,6 +552,7 @@ class Collector:
                 return fix_value(values[name].get(_key, 0.0))
 
             completion = get("completion_rate")
+            offered = values["arrivals"].get(key) if arrival_counter else None
             by_key[key] = ModelMetrics(
                 model=key[0],
                 namespace=key[1],
@@ -551,6 +567,7 @@ class Collector:
                 itl_ms=get("itl_seconds") * 1000.0,
                 waiting=get("waiting"),
                 absent=tuple(name for name in _SERIES if key not in values[name]),
+                offered_rate=max(offered, 0.0) if offered is not None and math.isfinite(offered) else None,
             )
         return MetricsSnapshot(
             taken_at=now,

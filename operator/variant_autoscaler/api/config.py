@@ -36,9 +36,15 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
                                           beside the running decodes; ``false``: at the pace of the
                                           whole batch (WVA's accounting); the tail model's TTFT
+``ARRIVAL_COUNTER``                       a counter of a model's arriving requests, such as the
+                                          inference gateway's ``inference_objective_request_total``
+                                          (default: none). Where set, the demand forecast learns its
+                                          rate (what arrives, time-outs included, which vLLM's metrics
+                                          do not see), and it is the burstiness counter's default
 ``BURSTINESS_COUNTER``                    the request counter whose counts give a model's burstiness
-                                          (default ``vllm:request_success_total``; an arrival counter
-                                          such as the inference gateway's is better where there is one)
+                                          (default ``ARRIVAL_COUNTER`` where set, else
+                                          ``vllm:request_success_total``: an arrival counter is better
+                                          where there is one)
 ========================================  ===========================================================
 
 The main ConfigMap may also hold all of these as YAML under the single key ``config.yaml``, and go by any
@@ -104,6 +110,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "STARTUP_TIME",
     "FORECAST_QUANTILE",
     "BURST_GUARD_INTERVAL",
+    "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
     "CHUNKED_PREFILL",
 )
@@ -230,10 +237,12 @@ class MainConfig(BaseModel):
     saturation_floor: bool = True
     # Ahead of the load, for classes with attainment targets (docs/tail-slo.md): the start-up time of a
     # replica, the quantile of the demand forecast planned for (0: none), the burst guard's period (0:
-    # none), and the counter whose counts give the burstiness.
+    # none), the counter of arriving requests the forecast learns (None: the demand vLLM's metrics
+    # show), and the counter whose counts give the burstiness.
     startup_seconds: float = 180.0
     forecast_quantile: float = DEFAULT_QUANTILE
     guard_interval_seconds: float = 15.0
+    arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
     chunked_prefill: bool = True
 
@@ -331,9 +340,8 @@ def parse_main_config(
     chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
     if chunked_raw not in ("true", "false"):
         raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
-    counter = cm.get("BURSTINESS_COUNTER", "").strip() or "vllm:request_success_total"
-    if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", counter):
-        raise ConfigError(f"BURSTINESS_COUNTER={counter!r} is not a Prometheus metric name")
+    arrivals = _metric_name(cm, "ARRIVAL_COUNTER") or None
+    counter = _metric_name(cm, "BURSTINESS_COUNTER") or arrivals or "vllm:request_success_total"
     return MainConfig(
         prometheus=prometheus,
         interval_seconds=_duration(cm, "GLOBAL_OPT_INTERVAL", DEFAULT_INTERVAL_SECONDS, positive=True),
@@ -356,6 +364,15 @@ def parse_main_config(
         startup_seconds=_duration(cm, "STARTUP_TIME", 180.0),
         forecast_quantile=forecast_quantile,
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
+        arrival_counter=arrivals,
         burstiness_counter=counter,
         chunked_prefill=chunked_raw == "true",
     )
+
+
+def _metric_name(cm: Mapping[str, str], key: str) -> str:
+    """A Prometheus metric name (empty when unset); ``ConfigError`` for anything else."""
+    name = cm.get(key, "").strip()
+    if name and not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", name):
+        raise ConfigError(f"{key}={name!r} is not a Prometheus metric name")
+    return name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["demand_rate", "fix_value"]
+__all__ = ["demand_rate", "fix_value", "forecast_input"]
 
 
 def fix_value(value: float) -> float:
@@ -24,3 +24,19 @@ def demand_rate(
     growth = max(0.0, fix_value(waiting_growth)) / window_seconds
     backlog = max(0.0, fix_value(waiting)) / drain_seconds
     return max(0.0, fix_value(completion_rate)) + growth + backlog
+
+
+def forecast_input(demand: float, arrivals: float | None) -> float:
+    """What a model's rate forecast learns (req/s): its ``arrivals`` where a counter of arriving requests
+    counts them (``ARRIVAL_COUNTER``, e.g. the inference gateway's), else its ``demand`` as vLLM's metrics
+    show it (:func:`demand_rate`).
+
+    The arrivals are the better input. A backlog's drain is a one-off need, which the planner adds to the
+    current load anyway; learnt as a rate, a queue built up in a burst reads as a further rise, which the
+    forecast's trend projects. And requests whose clients time out while queued leave no trace in vLLM's
+    metrics, so in overload completions under-read what arrives (an estimate of arrivals from them, the
+    completions plus the queue's growth, was tried and lost to the demand there: docs/tail-slo.md).
+    """
+    if arrivals is not None and math.isfinite(arrivals) and arrivals >= 0:
+        return arrivals
+    return demand

@@ -3,8 +3,9 @@
 For variants whose service class states attainment or percentile targets (docs/tail-slo.md):
 
 * :class:`ForecastBook` keeps one forecaster (:mod:`variant_autoscaler.core.forecast`) per model and
-  namespace, updated once per interval with the model's demand, and gives the planner its upper quantile
-  over "start-up + one interval". Its state is written into the ``status.forecast`` of every
+  namespace, updated once per interval with the model's arrival rate where an arrival counter is
+  configured (``ARRIVAL_COUNTER``), else its demand as vLLM's metrics show it, and gives the planner its
+  upper quantile over "start-up + one interval". Its state is written into the ``status.forecast`` of every
   VariantAutoscaling of the model, with the status the cycle writes anyway (no extra API call, no extra
   RBAC, and it goes with the objects it describes): a restarted operator, or a new leader, resumes from
   the most advanced state it finds there instead of relearning the error quantiles for twenty intervals.
@@ -32,6 +33,7 @@ from variant_autoscaler.adapters.kube import ScaleTarget
 from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.core.decision import DecisionInputs
+from variant_autoscaler.core.demand import forecast_input
 from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.policy import siblings_starting
@@ -101,8 +103,8 @@ class ForecastBook:
         self._entries.update(found)
 
     def update(self, key: ModelKey, rate: float, now: datetime, cfg: MainConfig) -> Forecast | None:
-        """Learn ``rate`` (req/s, the model's demand) once per interval (or metrics window, if longer)
-        and return the forecast (None with the forecast off)."""
+        """Learn ``rate`` (req/s: ``core.demand.forecast_input``) once per interval (or metrics window, if
+        longer) and return the forecast (None with the forecast off)."""
         fcfg = _forecast_config(cfg)
         if fcfg is None:
             return None
@@ -135,7 +137,8 @@ class ForecastBook:
         now: datetime,
     ) -> dict[ModelKey, float]:
         """One cycle: each model's forecast upper quantile (req/min) by (model, namespace), learning this
-        cycle's demand; the state a previous process left in the VAs' status is taken up first."""
+        cycle's arrivals (or demand); the state a previous process left in the VAs' status is taken up
+        first."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
             return {}
         self.restore(
@@ -147,7 +150,8 @@ class ForecastBook:
             lookup = snapshot.lookup(model, namespace)
             if lookup.state != "ok" or lookup.metrics is None:
                 continue
-            found = self.update((model, namespace), lookup.metrics.arrival_rate, now, cfg)
+            rate = forecast_input(lookup.metrics.arrival_rate, lookup.metrics.offered_rate)
+            found = self.update((model, namespace), rate, now, cfg)
             if found is not None:
                 out[(model, namespace)] = found.upper * 60.0
         return out

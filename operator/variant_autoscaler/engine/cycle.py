@@ -481,6 +481,7 @@ class Engine:
                     staleness_seconds=cfg.metrics_staleness_seconds,
                     drain_seconds=cfg.queue_drain_seconds,
                     retention_periods=retentions,
+                    arrival_counter=cfg.arrival_counter,
                 ),
                 collect_tail_inputs(collector.client, counter=cfg.burstiness_counter)
                 if tail

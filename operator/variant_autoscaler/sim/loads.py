@@ -44,6 +44,8 @@ class ModelLoad:
     rpm: float
     avg_input_tokens: float
     avg_output_tokens: float
+    # Requests/min arriving, from the gateway's counter (ARRIVAL_COUNTER): what the forecast learns.
+    arrivals_rpm: float | None = None
 
 
 def observed_loads(

@@ -32,6 +32,7 @@ from variant_autoscaler.sim.scenario import Scenario
 from variant_autoscaler.sim.traffic import Arrivals
 
 __all__ = [
+    "GATEWAY_ARRIVAL_COUNTER",
     "LOOKBACK_S",
     "WINDOWS_S",
     "Action",
@@ -109,6 +110,11 @@ class VariantView:
     starting_ready_at: tuple[float, ...] = ()
 
 
+#: The simulated inference gateway's counter of arriving requests, as the Gateway API inference extension's
+#: endpoint picker names it (what ModelView's counter stands for; the operator's ARRIVAL_COUNTER).
+GATEWAY_ARRIVAL_COUNTER = "inference_objective_request_total"
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ModelView:
     """One model's requests that arrived in the look-back ending now (arrays share the run's memory; the
@@ -160,6 +166,19 @@ class ModelView:
             arrivals.output_tokens[lo:hi],
             tuple(scrape_t[first:]),
         )
+
+    def arrival_rpm(self, window_s: float) -> float | None:
+        """Requests/min arriving over the window ending at the last scrape, as ``rate(counter[window])``
+        reads the gateway's arrival counter sampled at the scrapes (between the first and the last scrape
+        inside the window, as the simulator's other rates); None before the window holds two scrapes."""
+        if len(self.scrape_t) < 2:
+            return None
+        t1 = self.scrape_t[-1]
+        t0 = next(t for t in self.scrape_t if t >= t1 - window_s - 1e-9)
+        if t0 >= t1:
+            return None
+        c0, c1 = np.searchsorted(self.times, [t0, t1], side="right")
+        return float(c1 - c0) / (t1 - t0) * 60.0
 
     def workload(self, *, windows_s: Sequence[float] = WINDOWS_S, lookback_s: float = LOOKBACK_S) -> Workload:
         """The burstiness and lengths of the look-back, as the operator's queries would read them."""

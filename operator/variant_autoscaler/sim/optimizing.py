@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -46,6 +46,7 @@ from variant_autoscaler.api.configmaps import (
     parse_service_classes,
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
+from variant_autoscaler.core.demand import forecast_input
 from variant_autoscaler.core.forecast import DEFAULT_QUANTILE, ForecastConfig, ForecastState
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
@@ -67,7 +68,13 @@ from variant_autoscaler.planner import (
     planned_from_va,
 )
 from variant_autoscaler.sim.loads import LoadSource, ModelLoad, future_loads, future_workloads, observed_loads
-from variant_autoscaler.sim.observe import Action, Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.observe import (
+    GATEWAY_ARRIVAL_COUNTER,
+    Action,
+    Observation,
+    PolicyContext,
+    VariantView,
+)
 from variant_autoscaler.sim.policies import Policy
 from variant_autoscaler.sim.scenario import Scenario, Variant
 from variant_autoscaler.sim.traffic import Arrivals
@@ -226,6 +233,9 @@ def plan_inputs(
             "DEFAULT_ACTUATION_MODE": "metrics" if wva_bounds else "patch",
             # The replicas' engine says how they prefill: chunked (v1), or at the batch's pace (wva).
             "CHUNKED_PREFILL": "false" if _batched_prefill(scenario) else "true",
+            # The simulated cluster's requests come through an inference gateway, and our operator is
+            # configured with its arrival counter (its burstiness is read from it too: observe.py).
+            **({} if wva_bounds else {"ARRIVAL_COUNTER": GATEWAY_ARRIVAL_COUNTER}),
         }
     )
     return PlanInputs(vas=vas, accelerator_costs=costs, service_classes=classes, config=config)
@@ -431,6 +441,12 @@ class OptimizerPolicy(Policy):
     def _decide_plan(self, obs: Observation) -> dict[str, Action]:
         cfg = self.inputs.config
         loads = observed_loads(obs, self.scenario, self.load_source, cfg.queue_drain_seconds)
+        if cfg.arrival_counter:
+            window = self.scenario.settings.rate_window_s
+            loads = {
+                m: replace(load, arrivals_rpm=obs.models[m].arrival_rpm(window) if m in obs.models else None)
+                for m, load in loads.items()
+            }
         if self.forecast_s > 0:
             loads = self._forecast(obs.now, loads)
         loads, ahead = self._ahead(loads)
@@ -489,12 +505,13 @@ class OptimizerPolicy(Policy):
     def _ahead(self, loads: Mapping[str, ModelLoad]) -> tuple[dict[str, ModelLoad], dict[str, float]]:
         """Each model's demand and forecast over "start-up + one interval": handed to the planner as
         the operator does (``ahead``, req/min), or with an explicit mode, the demand raised to it here.
-        The forecaster learns from every observed demand either way."""
+        The forecaster learns every observed arrival rate (or demand: ``forecast_input``) either way."""
         out: dict[str, ModelLoad] = {}
         ahead: dict[str, float] = {}
         for model, load in loads.items():
             cfg = self._forecast_cfg[model]
-            state = update_forecast(self._forecasts[model], load.rpm / 60.0, cfg)
+            arrivals = load.arrivals_rpm / 60.0 if load.arrivals_rpm is not None else None
+            state = update_forecast(self._forecasts[model], forecast_input(load.rpm / 60.0, arrivals), cfg)
             self._forecasts[model] = state
             mode = self.forecast_mode[model]
             out[model] = load

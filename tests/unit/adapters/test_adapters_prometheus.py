@@ -22,7 +22,7 @@ from variant_autoscaler.adapters.prometheus import (
     build_ssl_context,
 )
 from variant_autoscaler.api.config import PrometheusConfig
-from variant_autoscaler.core.demand import demand_rate
+from variant_autoscaler.core.demand import demand_rate, forecast_input
 from variant_autoscaler.errors import CollectionError, ConfigError
 
 NOW = 1_700_000_000.0
@@ -128,6 +128,13 @@ async def test_overload_demand_exceeds_completions() -> None:
 def test_demand_rate_ignores_a_shrinking_queue_and_bad_values() -> None:
     assert demand_rate(1.0, 0.0, -20.0, 60.0, 300.0) == 1.0
     assert demand_rate(math.nan, math.nan, math.inf, 60.0, 300.0) == 0.0
+
+
+def test_the_forecast_learns_the_arrivals_where_counted_else_the_demand() -> None:
+    assert forecast_input(2.5, 4.0) == 4.0  # the gateway saw more arrive than vLLM finished
+    assert forecast_input(2.5, 0.0) == 0.0  # nothing arrives: the backlog's drain is not a rate
+    assert forecast_input(2.5, None) == 2.5
+    assert forecast_input(2.5, math.nan) == 2.5
 
 
 async def test_errors_become_collection_errors() -> None:

@@ -91,6 +91,19 @@ def test_wva_keys_and_ours() -> None:
     assert cfg.status_refresh_seconds == 300.0
 
 
+def test_an_arrival_counter_is_learnt_from_and_counts_the_bursts_unless_told_otherwise() -> None:
+    assert parse_main_config({}).arrival_counter is None
+    assert parse_main_config({}).burstiness_counter == "vllm:request_success_total"
+    gateway = parse_main_config({"ARRIVAL_COUNTER": " inference_objective_request_total "})
+    assert gateway.arrival_counter == "inference_objective_request_total"
+    assert gateway.burstiness_counter == "inference_objective_request_total"
+    both = parse_main_config(
+        {"ARRIVAL_COUNTER": "inference_objective_request_total", "BURSTINESS_COUNTER": "my:arrivals_total"}
+    )
+    assert both.arrival_counter == "inference_objective_request_total"
+    assert both.burstiness_counter == "my:arrivals_total"
+
+
 def test_only_exact_true_skips_verification() -> None:
     for value in ("True", "yes", "1", "false", ""):
         cfg = parse_main_config({"PROMETHEUS_TLS_INSECURE_SKIP_VERIFY": value})
@@ -116,6 +129,8 @@ def test_stabilization_defaults_depend_on_mode() -> None:
         ("STATUS_REFRESH_INTERVAL", "often"),
         ("PROMETHEUS_BASE_URL", "prometheus:9090"),
         ("PROMETHEUS_CLIENT_CERT_PATH", "/only-the-cert.pem"),
+        ("ARRIVAL_COUNTER", "rate(requests[1m])"),
+        ("BURSTINESS_COUNTER", "requests total"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str) -> None:

@@ -10,18 +10,23 @@ import numpy as np
 import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+from variant_autoscaler.core.forecast import forecast
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
-from variant_autoscaler.sim.observe import Observation, PolicyContext, VariantView
+from variant_autoscaler.sim.loads import ModelLoad, future_loads, observed_loads
+from variant_autoscaler.sim.observe import (
+    GATEWAY_ARRIVAL_COUNTER,
+    ModelView,
+    Observation,
+    PolicyContext,
+    VariantView,
+)
 from variant_autoscaler.sim.optimizing import (
     NAMESPACE,
-    ModelLoad,
     OptimizerPlanner,
     OptimizerPolicy,
     OraclePolicy,
-    future_loads,
-    observed_loads,
     ours_policy,
     peak_allocation,
     plan_inputs,
@@ -146,6 +151,32 @@ def test_plan_inputs_are_wva_shaped() -> None:
     wva = plan_inputs(sc, mode="unlimited", share_load=False, wva_bounds=True)
     assert wva.vas["vh"].spec.min_replicas is None and wva.vas["vh"].spec.share_model_load is None
     assert wva.config.min_replicas_default == 1
+
+
+def test_ours_forecast_learns_the_gateways_arrivals_wva_knows_no_such_counter() -> None:
+    """The simulated cluster's gateway counts every arrival; ours is configured with that counter
+    (ARRIVAL_COUNTER) and its forecast learns the arrivals, not the completions vLLM reports."""
+    sc = two_variants([1.0])
+    assert plan_inputs(sc, mode="limited", share_load=True, wva_bounds=False).config.arrival_counter == (
+        GATEWAY_ARRIVAL_COUNTER
+    )
+    assert plan_inputs(sc, mode="unlimited", share_load=False, wva_bounds=True).config.arrival_counter is None
+    # 3 req/s arrive over the last 20 s (the rate window); 1 req/s finishes
+    times = np.arange(40.0, 60.0, 1.0 / 3.0)
+    arrivals = Arrivals(times, np.full(len(times), 100, np.int64), np.full(len(times), 11, np.int64))
+    scrapes = tuple(np.arange(5.0, 60.0 + 1e-9, 5.0))
+    model = ModelView.of("m", arrivals, 60.0, scrapes)
+    assert model.arrival_rpm(20.0) == pytest.approx(180.0, rel=0.05)
+    views = {
+        "va": view("va", success_rpm=60.0, avg_input_tokens=100.0, avg_output_tokens=11.0),
+        "vh": view("vh"),
+    }
+    obs = replace(observation(60.0, views), models={"m": model})
+    policy = ours_policy(sc, planner=OnePerRps())
+    policy.decide(obs)
+    learnt = forecast(policy._forecasts["m"], policy._forecast_cfg["m"])
+    assert learnt.level * 60.0 == pytest.approx(180.0, rel=0.05)
+    assert ModelView.of("m", arrivals, 60.0, scrapes[:1]).arrival_rpm(20.0) is None  # one scrape: no rate
 
 
 def test_wva_load_is_the_models_completion_rate() -> None:
