@@ -1,14 +1,15 @@
 """Benchmark: autoscaling policies on the simulated cluster (decision quality, issues 8 and 24).
 
-The four bundled scenarios (diurnal, flash crowd, scarce GPUs with two priorities, node failure) and a
-replay of the Azure LLM inference trace 2023 (conversation; CC BY 4.0), read from ``../shared/traces/``
-beside the repository root, with fixed seeds; every policy over the same requests: static peak
-provisioning, HPA on the waiting queue, HPA on KV-cache usage, the 2025 WVA, upstream WVA's later
-saturation analyzers V1 and V2, ours, and the checked oracle (the cheapest allocation per interval that
-the simulation shows meeting the attainment targets, knowing the future load and starting replicas at
-once). Then the ablation: ours with each of mean / tail sizing × no / point / quantile forecast × the
-burst guard off / on. Writes one table per scenario, the targets table with pass/fail as measured,
-the reasons for every missed target read from the same runs, and the ablation.
+The four bundled scenarios (diurnal, flash crowd, scarce GPUs with two priorities, node failure) and two
+replays of the Azure LLM inference trace 2023 (conversation; CC BY 4.0), read from ``../shared/traces/``
+beside the repository root, as recorded and at four times its rate, with fixed seeds; every policy over
+the same requests: static peak provisioning, HPA on the waiting queue, HPA on KV-cache usage, the 2025
+WVA, upstream WVA's later saturation analyzers V1 and V2, ours, and the checked oracle (the cheapest
+allocation per interval that the simulation shows meeting the attainment targets, knowing the future
+load and starting replicas at once). Then the ablation: ours with each of mean / tail sizing × no /
+point / quantile forecast × the burst guard off / on. Writes one table per scenario, the targets table
+with pass/fail as measured, the reasons for every missed target read from the same runs, and the
+ablation.
 
 Run: ``python bench/policies.py`` (this section only, to stdout) or
 ``python bench/run_all.py --only policies`` (rewrites docs/benchmarks.md). ``--jobs`` sets the worker
@@ -45,8 +46,11 @@ TRACE = Path(
         "BENCH_TRACE", HERE.parent.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
     )
 )
-TRACE_SCENARIO = HERE / "scenarios" / "azure-conv.yaml"
-SCENARIOS: tuple[str, ...] = (*BUNDLED, "azure-conv")
+#: Replays of the trace: as recorded, and at four times its rate (finer replica granularity).
+TRACE_SCENARIOS: dict[str, Path] = {
+    name: HERE / "scenarios" / f"{name}.yaml" for name in ("azure-conv", "azure-conv-x4")
+}
+SCENARIOS: tuple[str, ...] = (*BUNDLED, *TRACE_SCENARIOS)
 SCARCE: frozenset[str] = frozenset({"scarce"})  # scenarios where demand exceeds the inventory
 POLICIES: tuple[str, ...] = (*POLICY_NAMES, "oracle-cheapest")
 BASELINES: tuple[str, ...] = tuple(p for p in POLICY_NAMES if p not in ("ours", "oracle"))
@@ -88,13 +92,14 @@ def _ms(x: float | None) -> str:
 
 
 def _load(name: str) -> Scenario | None:
-    if name == "azure-conv":
+    path = TRACE_SCENARIOS.get(name)
+    if path is not None:
         if not TRACE.exists():
             return None
-        doc = load_document(TRACE_SCENARIO.read_text(encoding="utf-8"), source=str(TRACE_SCENARIO))
+        doc = load_document(path.read_text(encoding="utf-8"), source=str(path))
         for model in doc["models"]:
             model["traffic"]["trace"]["path"] = str(TRACE)
-        return parse_scenario(doc, base_dir=TRACE_SCENARIO.parent)
+        return parse_scenario(doc, base_dir=path.parent)
     return load_bundled(name)
 
 
