@@ -45,6 +45,7 @@ from variant_autoscaler.core.model import (
     find_service_class,
 )
 from variant_autoscaler.core.optimizer import optimize
+from variant_autoscaler.core.policy import priority_yields
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.saturation import MODEL, Decision
 from variant_autoscaler.core.sizing import (
@@ -220,6 +221,9 @@ class PlanOutcome:
     # Limited mode: per variant, the replicas that still fit on its device beside the plan (the burst
     # guard adds no more); absent in unlimited mode.
     room: Mapping[VariantKey, int] = field(default_factory=dict)
+    # Limited mode: per variant the plan scales down, the replicas it gives up at once to higher-priority
+    # variants the plan puts on the same device (core/policy.py rule 3e); absent where none.
+    yields: Mapping[VariantKey, int] = field(default_factory=dict)
 
 
 class Planner(Protocol):
@@ -448,6 +452,7 @@ class OptimizerPlanner:
             plan=plan,
             ahead=frozenset(ahead),
             room=_room(inputs, keys, request, plan),
+            yields=_yields(inputs, keys, request, plan),
         )
 
 
@@ -590,6 +595,29 @@ def _apply(
         reason=reason,
         decided_by=decision.decided_by,
     )
+
+
+def _yields(
+    inputs: Iterable[VariantInput], keys: Mapping[str, VariantKey], request: PlanRequest, plan: Plan
+) -> dict[VariantKey, int]:
+    """Per variant, the replicas it gives up at once to higher-priority variants on its device (limited
+    mode only; a plan that would move a variant to another accelerator leaves it out: actuation cannot
+    move hardware)."""
+    if request.capacity is None:
+        return {}
+    rows = []
+    for variant in sorted(inputs, key=lambda v: v.key):
+        name = variant.current_accelerator
+        acc = request.accelerators.get(name or "")
+        profile = variant.profile(name) if name else None
+        decision = plan.decisions.get(variant.key)
+        if acc is None or profile is None or decision is None:
+            continue
+        planned = decision.replicas if decision.accelerator in (name, None, "") else variant.current_replicas
+        units = profile.acc_count * acc.multiplicity
+        current = variant.current_replicas
+        rows.append((keys[variant.key], acc.device, variant.service.priority, units, current, planned))
+    return priority_yields(rows, request.capacity)
 
 
 def _room(

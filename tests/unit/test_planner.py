@@ -129,6 +129,32 @@ def test_limited_mode_respects_the_inventory() -> None:
     assert plan.replicas == 2 and plan.reason.startswith("partial")
 
 
+def test_a_lower_priority_yields_the_gpus_the_plan_gives_a_higher_one() -> None:
+    """Limited mode: when the plan grows a Premium variant onto GPUs a Freemium variant holds, the plan
+    says how many replicas the Freemium variant gives up at once (core/policy.py rule 3e)."""
+    premium = _planned(_va("premium"), 1500.0, replicas=2)
+    freemium = _planned(_va("freemium", modelID="ibm/granite-13b"), 60.0, replicas=4)
+    limited = OptimizerPlanner().plan(
+        _request(
+            premium,
+            freemium,
+            capacity={"NVIDIA-A100-PCIE-80GB": 6},
+            OPTIMIZER_MODE="limited",
+            SATURATION_POLICY="PriorityExhaustive",
+        )
+    )
+    grown, shrunk = limited.decisions[(NS, "premium")].replicas, limited.decisions[(NS, "freemium")].replicas
+    assert grown > 2 and shrunk < 4
+    # 6 GPUs: what Premium adds beyond the free 0 comes out of Freemium
+    assert limited.yields == {(NS, "freemium"): grown - 2}
+    # With GPUs to spare, or in unlimited mode, nobody gives anything up
+    roomy = OptimizerPlanner().plan(
+        _request(premium, freemium, capacity={"NVIDIA-A100-PCIE-80GB": 64}, OPTIMIZER_MODE="limited")
+    )
+    assert roomy.yields == {}
+    assert OptimizerPlanner().plan(_request(premium, freemium)).yields == {}
+
+
 def test_infeasible_slo_is_a_failure_with_the_reason() -> None:
     classes = {"tight.yaml": "name: Tight\npriority: 1\ndata:\n  - model: default/default\n    slo-tpot: 5\n"}
     request = _request(_planned(_va(sloClassRef={"name": "Tight", "key": "x"}), 60.0))
@@ -209,6 +235,50 @@ async def test_engine_in_limited_mode_counts_gpus_held_by_other_workloads() -> N
     await h.engine.run_cycle()
     assert h.status()["desiredOptimizedAlloc"]["numReplicas"] == 3
     assert h.replicas() == 3
+
+
+async def test_engine_gives_a_higher_priority_the_gpus_at_once() -> None:
+    """Limited mode on 4 A100s: Freemium holds them while Premium's load grows; Freemium gives up the GPUs
+    Premium is planned onto at once, though its scale-down stabilisation window (patch mode: 300 s)
+    would keep them for minutes (core/policy.py rule 3e)."""
+    nodes = [
+        node_gpus(
+            {
+                "metadata": {
+                    "name": f"a100-{i}",
+                    "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"},
+                },
+                "status": {
+                    "allocatable": {"nvidia.com/gpu": "2"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+        for i in range(2)
+    ]
+    h = Harness(
+        OPTIMIZER_MODE="limited", SATURATION_POLICY="PriorityExhaustive", DEFAULT_ACTUATION_MODE="patch"
+    )
+    h.engine._nodes = lambda: nodes
+    h.add_va(replicas=1)
+    free = load_yaml("deploy/samples/variantautoscaling.yaml")
+    free["metadata"]["name"] = "granite"
+    h.add_va(free, replicas=3, modelID="ibm/granite-13b")
+    h.load(6.0)
+    h.load(450.0, model="ibm/granite-13b")
+    await h.engine.run_cycle()
+    # Freemium's load has all four GPUs (limited mode weighs load by priority: 6 req/min of Premium
+    # weigh less than 450 of Freemium); Premium keeps its minimum
+    assert (h.replicas(), h.replicas("granite")) == (1, 4)
+    # Premium's load grows past what one replica serves; Freemium's falls
+    h.advance(60)
+    h.load(2000.0)
+    h.load(60.0, model="ibm/granite-13b")
+    await h.engine.run_cycle()
+    premium, freemium = h.replicas(), h.replicas("granite")
+    assert premium >= 3 and freemium == max(1, 4 - premium)  # its minReplicas is 1
+    reason = h.status("granite")["desiredOptimizedAlloc"]["reason"]
+    assert "given up at once to higher-priority variants" in reason
 
 
 def test_keep_accelerator_off_lets_the_plan_pick_another_profile() -> None:

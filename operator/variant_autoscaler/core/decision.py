@@ -136,6 +136,8 @@ class DecisionInputs:
     # Replicas of the model's other variants still starting or asked for by this plan: a scale-down
     # waits for them (make before break; core/policy.py rule 3d). 0 for mean classes.
     siblings_starting: int = 0
+    # Replicas given up at once to higher-priority variants the plan puts on the same GPUs (rule 3e).
+    yield_replicas: int = 0
     batch_stable_cycles: int = 3
     status_refresh_seconds: float = 0.0
     # ``status.learnedProfile`` as this cycle computed it (core/learning.py); None: left as stored.
@@ -422,6 +424,7 @@ def decide(inp: DecisionInputs) -> VariantDecision:
             scale_down_hold=scale_down_hold,
             pressure_hold=pressure_hold,
             siblings_starting=inp.siblings_starting,
+            yield_replicas=inp.yield_replicas,
         )
     )
     accelerator = plan.accelerator if plan is not None else (inp.accelerator or "")

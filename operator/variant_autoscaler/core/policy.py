@@ -20,13 +20,18 @@ Order of the rules (each one explains itself in ``PolicyDecision.reason``):
 3d. **Make before break** — a variant whose model's other variants have replicas still starting (the
    plan moves the model's load to them) is not scaled down until they are ready
    (``siblings_starting``): the replicas it has serve the load until then.
+3e. **Yield to a higher priority** (limited mode) — a variant whose GPUs the plan gives to variants of a
+   higher-priority class on the same device type gives up that many replicas at once
+   (``yield_replicas``, from :func:`priority_yields`), without waiting out the stabilisation window of
+   rule 3 or the KV-cache hold of rule 3c: those rules keep capacity against a noisy load, not against
+   the classes the inventory serves first.
 4. **Pending replicas** — no scale-up while replicas added earlier are still starting (ready < current),
    until ``pending_timeout_seconds`` after the last scale seen (none seen: no wait).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -36,6 +41,7 @@ from variant_autoscaler.errors import ModelError
 MAX_HISTORY = 64  # the CRD caps status.recommendations at 64 entries
 
 K = TypeVar("K", bound=Hashable)
+D = TypeVar("D", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,8 @@ class PolicyInput:
     pressure_hold: str | None = None
     # Replicas of the model's other variants still starting or asked for by this plan (rule 3d).
     siblings_starting: int = 0
+    # Replicas given up at once to higher-priority variants planned onto the same GPUs (rule 3e).
+    yield_replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +175,24 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
     desired = recommended
     current = inp.current_replicas
 
+    # Rule 3e (applied inside rules 3 and 3c): the replicas that higher-priority variants take over now.
+    yielding = max(0, inp.yield_replicas)
+
+    def yielded(floor: int) -> int:
+        """A hold's floor, lowered by the replicas yielded to a higher priority (never below ``desired``)."""
+        if yielding <= 0 or floor <= desired:
+            return floor
+        lowered = max(desired, floor - yielding)
+        reasons.append(
+            f"{floor - lowered} replicas given up at once to higher-priority variants the plan puts on "
+            "the same GPUs"
+        )
+        return lowered
+
     # Rule 3: scale-down stabilisation.
     if current is not None and desired < current and history:
         highest = max(r.replicas for r in history)
-        stabilized = min(max(desired, highest), current)
+        stabilized = yielded(min(max(desired, highest), current))
         if stabilized > desired:
             reasons.append(
                 f"scale-down to {desired} deferred by the {inp.stabilization_seconds:g}s stabilization "
@@ -191,6 +213,7 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
     # Rule 3c: no scale-down while the pods run out of KV cache.
     if inp.pressure_hold is not None and current is not None:
         floor, _ = _clamp(current, inp.min_replicas, inp.max_replicas)
+        floor = yielded(floor)
         if desired < floor:
             reasons.append(f"scale-down to {desired} held at {floor}: {inp.pressure_hold}")
             desired = floor
@@ -267,3 +290,45 @@ def siblings_starting(variants: Iterable[tuple[K, Hashable, int, int]]) -> dict[
     for _, model, asked, ready in rows:
         by_model[model] = by_model.get(model, 0) + max(0, asked - ready)
     return {key: by_model[model] - max(0, asked - ready) for key, model, asked, ready in rows}
+
+
+def priority_yields(
+    rows: Iterable[tuple[K, D, int, int, int, int]], capacity: Mapping[D, int]
+) -> dict[K, int]:
+    """Rule 3e's input, in limited mode: per variant, the replicas it gives up at once to variants of a
+    higher priority on the same device type.
+
+    ``rows``: ``(key, device, priority, units per replica, current replicas, planned replicas)``, a
+    smaller ``priority`` being served first (WVA's convention); ``capacity``: the units of each device the
+    plan had. On a device, the units the plan adds to higher-priority variants beyond the free ones
+    (``capacity`` minus the current replicas' units; below zero when pods already wait for units) are
+    given up by the variants of lower priority that the plan scales down, the lowest priority first.
+    Devices without a capacity are left out (unlimited mode: nothing is short). Within a priority, the
+    variants give up replicas in the order given.
+    """
+    by_device: dict[D, list[tuple[K, int, int, int, int]]] = {}
+    for key, device, priority, units, current, planned in rows:
+        by_device.setdefault(device, []).append((key, priority, max(units, 1), current, planned))
+    out: dict[K, int] = {}
+    for device, group in by_device.items():
+        if device not in capacity:
+            continue
+        free = capacity[device] - sum(units * current for _, _, units, current, _ in group)
+        given = 0
+        for level in sorted({priority for _, priority, _, _, _ in group}, reverse=True):
+            adds = sum(
+                units * max(0, planned - current)
+                for _, priority, units, current, planned in group
+                if priority < level
+            )
+            need = adds - free - given if adds > 0 else 0
+            for key, priority, units, current, planned in group:
+                if need <= 0:
+                    break
+                if priority != level or current <= planned:
+                    continue
+                replicas = min(current - planned, -(-need // units))
+                out[key] = replicas
+                given += replicas * units
+                need -= replicas * units
+    return out

@@ -428,6 +428,7 @@ def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
         plan=_with_profile(outcome.decisions.get(ctx.key), ctx),
         plan_failure=outcome.failures.get(ctx.key),
         plan_status=outcome.status,
+        yield_replicas=outcome.yields.get(ctx.key, 0),
         unit_cost=unit_cost,
         metrics_window_seconds=cfg.metrics_window_seconds,
         pending_timeout_seconds=cfg.pending_timeout_seconds,

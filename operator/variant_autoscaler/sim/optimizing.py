@@ -497,6 +497,7 @@ class OptimizerPolicy(Policy):
                 metrics_ok=metrics_ok[var.model],
                 failure=outcome.failures.get((NAMESPACE, var.name)),
                 siblings=coming[var.name],
+                yielding=outcome.yields.get((NAMESPACE, var.name), 0),
             )
             if desired != view.desired:
                 actions[var.name] = Action(replicas=desired)
@@ -604,6 +605,7 @@ class OptimizerPolicy(Policy):
         metrics_ok: bool,
         failure: str | None,
         siblings: int = 0,
+        yielding: int = 0,
     ) -> int:
         state = self._state[var.name]
         va = self.inputs.vas[var.name]
@@ -631,6 +633,7 @@ class OptimizerPolicy(Policy):
                 # interval, by which time they serve): no waiting for them, and none scaled away first.
                 pending_timeout_seconds=0.0 if var.model in self._supply_models else self.pending_timeout_s,
                 siblings_starting=siblings if var.model in self._supply_models else 0,
+                yield_replicas=yielding,
             )
         )
         state.history = decision.history

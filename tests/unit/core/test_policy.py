@@ -13,6 +13,7 @@ from variant_autoscaler.core.policy import (
     Recommendation,
     apply_policy,
     batch_stable_cycles,
+    priority_yields,
     should_apply_batch,
     siblings_starting,
 )
@@ -287,3 +288,47 @@ def test_siblings_starting_counts_the_other_variants_of_the_model() -> None:
     ]
     assert siblings_starting(rows) == {"a100": 4, "h100": 2, "l40": 2, "other": 0}
     assert siblings_starting([("solo", "m", 0, 3)]) == {"solo": 0}  # more ready than asked: nothing
+
+
+def test_replicas_yielded_to_a_higher_priority_skip_the_window_and_the_kv_hold() -> None:
+    """Rule 3e: the GPUs the plan gives a higher-priority class are released now, not after the
+    stabilisation window; only as many replicas as were yielded, and never below the plan."""
+    window = {"stabilization_seconds": 300.0, "history": (Recommendation(T0 - timedelta(seconds=60), 6),)}
+    kept = apply_policy(_inp(optimized_replicas=1, current_replicas=6, **window))
+    assert kept.replicas == 6 and "stabilization" in kept.limited_by
+    given = apply_policy(_inp(optimized_replicas=1, current_replicas=6, yield_replicas=3, **window))
+    assert given.replicas == 3 and "stabilization" in given.limited_by  # 3 go now, the rest wait
+    assert "3 replicas given up at once to higher-priority variants" in given.reason
+    everything = apply_policy(_inp(optimized_replicas=1, current_replicas=6, yield_replicas=9, **window))
+    assert everything.replicas == 1 and "stabilization" not in everything.limited_by  # never below the plan
+    why = "its pods preempt 12 requests/min (KV cache full)"
+    pressed = apply_policy(
+        _inp(optimized_replicas=1, current_replicas=4, pressure_hold=why, yield_replicas=2)
+    )
+    assert pressed.replicas == 2 and pressed.limited_by == ("kv-pressure",)
+    # Nothing to give up when the plan does not scale the variant down.
+    assert apply_policy(_inp(optimized_replicas=5, current_replicas=4, yield_replicas=2)).replicas == 5
+
+
+def test_priority_yields_release_what_a_higher_priority_is_planned_beyond_the_free_units() -> None:
+    capacity = {"a100": 8}
+    # (key, device, priority, units per replica, current, planned): premium grows 6 -> 8 on a full device
+    rows = [("premium", "a100", 1, 1, 6, 8), ("freemium", "a100", 10, 1, 2, 0)]
+    assert priority_yields(rows, capacity) == {"freemium": 2}
+    # with a free unit, one replica is enough; with room for both, none
+    assert priority_yields(rows, {"a100": 9}) == {"freemium": 1}
+    assert priority_yields(rows, {"a100": 10}) == {}
+    # pods already waiting for units (current above capacity) count as needed too
+    assert priority_yields([("p", "a100", 1, 1, 5, 6), ("f", "a100", 2, 1, 4, 1)], {"a100": 8}) == {"f": 2}
+    # the lowest priority gives up first, a middle one only what that leaves; units per replica count
+    three = [
+        ("gold", "h100", 1, 2, 1, 3),  # wants 4 more units
+        ("silver", "h100", 5, 1, 2, 0),
+        ("bronze", "h100", 9, 1, 1, 0),
+    ]
+    assert priority_yields(three, {"h100": 6}) == {"bronze": 1, "silver": 2}
+    # a lower priority growing takes nothing from a higher one; another device, or no capacity (unlimited
+    # mode), is not involved
+    assert priority_yields([("p", "a100", 1, 1, 4, 2), ("f", "a100", 5, 1, 4, 6)], capacity) == {}
+    assert priority_yields([*rows, ("other", "h100", 10, 1, 3, 0)], capacity) == {"freemium": 2}
+    assert priority_yields(rows, {}) == {}

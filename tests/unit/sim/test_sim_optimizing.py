@@ -179,6 +179,37 @@ def test_ours_forecast_learns_the_gateways_arrivals_wva_knows_no_such_counter() 
     assert ModelView.of("m", arrivals, 60.0, scrapes[:1]).arrival_rpm(20.0) is None  # one scrape: no rate
 
 
+class Yielding:
+    """A stand-in planner: ``va`` down to 1 replica, 2 of them given up to a higher priority."""
+
+    def plan(self, request: PlanRequest) -> PlanOutcome:
+        decisions = {
+            v.key: VariantPlan(
+                accelerator=v.accelerator,
+                replicas=1 if v.key[1] == "va" else v.current_replicas,
+                max_batch=None,
+                cost=None,
+                ttft_ms=None,
+                itl_ms=None,
+                reason="stand-in",
+            )
+            for v in request.variants
+        }
+        return PlanOutcome(status="ok", solve_seconds=0.0, decisions=decisions, yields={(NAMESPACE, "va"): 2})
+
+
+def test_replicas_yielded_to_a_higher_priority_go_at_once_in_the_simulator_too() -> None:
+    """The plan's ``yields`` reach the replica policy as the operator's do: a variant seen for the first
+    time keeps its replicas one window (as the HPA), except those the plan gives a higher priority."""
+    sc = two_variants([1.0])
+    served = view("va", desired=4, ready=4, success_rpm=60.0, avg_input_tokens=100.0, avg_output_tokens=11.0)
+    policy = ours_policy(sc, planner=Yielding())
+    actions = policy.decide(observation(60.0, {"va": served, "vh": view("vh", desired=0, ready=0)}))
+    assert actions["va"].replicas == 2
+    held = ours_policy(sc, planner=OnePerRps())  # no yields: the window keeps all four
+    assert "va" not in held.decide(observation(60.0, {"va": served, "vh": view("vh", desired=0, ready=0)}))
+
+
 def test_wva_load_is_the_models_completion_rate() -> None:
     views = {
         "va": view("va", success_rpm=120.0, avg_input_tokens=100.0, avg_output_tokens=10.0, waiting=50.0),
