@@ -597,6 +597,16 @@ def _apply(
     )
 
 
+def _on_device(variant: VariantInput, request: PlanRequest) -> tuple[str, int] | None:
+    """The device type a variant's replicas run on now and the units each holds (None: unknown)."""
+    name = variant.current_accelerator
+    acc = request.accelerators.get(name or "")
+    profile = variant.profile(name) if name else None
+    if acc is None or profile is None:
+        return None
+    return acc.device, profile.acc_count * acc.multiplicity
+
+
 def _yields(
     inputs: Iterable[VariantInput], keys: Mapping[str, VariantKey], request: PlanRequest, plan: Plan
 ) -> dict[VariantKey, int]:
@@ -607,16 +617,14 @@ def _yields(
         return {}
     rows = []
     for variant in sorted(inputs, key=lambda v: v.key):
-        name = variant.current_accelerator
-        acc = request.accelerators.get(name or "")
-        profile = variant.profile(name) if name else None
+        on = _on_device(variant, request)
         decision = plan.decisions.get(variant.key)
-        if acc is None or profile is None or decision is None:
+        if on is None or decision is None:
             continue
-        planned = decision.replicas if decision.accelerator in (name, None, "") else variant.current_replicas
-        units = profile.acc_count * acc.multiplicity
         current = variant.current_replicas
-        rows.append((keys[variant.key], acc.device, variant.service.priority, units, current, planned))
+        moved = decision.accelerator not in (variant.current_accelerator, None, "")
+        planned = current if moved else decision.replicas
+        rows.append((keys[variant.key], on[0], variant.service.priority, on[1], current, planned))
     return priority_yields(rows, request.capacity)
 
 
@@ -629,11 +637,10 @@ def _room(
         return {}
     room: dict[VariantKey, int] = {}
     for variant in inputs:
-        name = variant.current_accelerator
-        acc = request.accelerators.get(name or "")
-        profile = variant.profile(name) if name else None
-        if acc is None or profile is None:
+        on = _on_device(variant, request)
+        if on is None:
             continue
-        free = request.capacity.get(acc.device, 0) - plan.usage.get(acc.device, 0)
-        room[keys[variant.key]] = max(0, free // (profile.acc_count * acc.multiplicity))
+        device, units = on
+        free = request.capacity.get(device, 0) - plan.usage.get(device, 0)
+        room[keys[variant.key]] = max(0, free // units)
     return room
