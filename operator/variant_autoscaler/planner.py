@@ -133,6 +133,9 @@ class PlannedVariant:
       Without it the batch the server runs evidently fits: the ceiling, an average with a margin, would
       only shrink replicas that do not preempt (measured on the policy benchmark's Azure replay: +17 %
       cost at the same attainment).
+    * ``kept_replicas``: the current replicas that the scale-down stabilisation keeps running whatever
+      the plan says (0: none, or no stabilisation); a pool's plan pays only for replicas beyond them
+      (:attr:`~variant_autoscaler.core.model.VariantInput.kept_replicas`).
     """
 
     key: VariantKey
@@ -156,6 +159,7 @@ class PlannedVariant:
     ahead_rpm: float | None = None
     kv_cache: KVCache | None = None
     kv_pressure: bool = False
+    kept_replicas: int = 0
 
     @property
     def held(self) -> bool:
@@ -265,6 +269,7 @@ def planned_from_va(
     profiles: tuple[Profile, ...] | None = None,
     workload: Workload | None = None,
     ahead_rpm: float | None = None,
+    kept_replicas: int = 0,
 ) -> PlannedVariant:
     """A VariantAutoscaling as the planner sees it (the operator and the simulator build them so).
 
@@ -293,6 +298,7 @@ def planned_from_va(
         variant_cost=float(spec.variant_cost) if spec.variant_cost is not None else None,
         workload=workload,
         ahead_rpm=ahead_rpm,
+        kept_replicas=kept_replicas,
     )
 
 
@@ -401,6 +407,7 @@ class OptimizerPlanner:
                     max_batch_size=max_batch,
                     share_load=v.share_group is not None,
                     replica_cost=v.variant_cost,
+                    kept_replicas=min(v.kept_replicas, v.current_replicas),
                     workload=replace(
                         v.workload or Workload(), chunked_prefill=request.chunked_prefill
                     ).rounded(),

@@ -214,3 +214,14 @@ def test_a_bad_variant_does_not_stop_the_others(tmp_path: Path, capfd: pytest.Ca
     assert "decodeParms.alpha" in variants["llm-d-sim/bad-parms"]["reason"]
     assert "listed twice" in variants["llm-d-sim/premium-a (variants[3])"]["reason"]
     assert "field 'name'" in variants["variants[4]"]["reason"]
+
+
+def test_kept_replicas_beyond_the_current_ones_are_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    document = base_document()
+    document["variants"] = [dict(document["variants"][0], currentReplicas=1, keptReplicas=2)]
+    _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    (decision,) = json.loads(out)["variants"].values()
+    assert decision["outcome"] == "invalid"
+    assert "field 'keptReplicas': 2 is more than currentReplicas (1)" in decision["reason"]

@@ -31,8 +31,10 @@ class Recording:
 
     def __init__(self) -> None:
         self.outcome: PlanOutcome | None = None
+        self.request: PlanRequest | None = None
 
     def plan(self, request: PlanRequest) -> PlanOutcome:
+        self.request = request
         self.outcome = OptimizerPlanner().plan(request)
         return self.outcome
 
@@ -56,15 +58,17 @@ def _operator(
     capacity: dict[str, int],
     *,
     forecast: bool = False,
+    recording: Recording | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Decision]:
     inputs = policy.inputs
-    recording = Recording()
+    recording = recording or Recording()
     h = Harness(
         planner=recording,
         OPTIMIZER_MODE="limited",
         SATURATION_POLICY=SATURATION,
         WVA_SCALE_TO_ZERO="false",
-        DEFAULT_ACTUATION_MODE="patch",
+        **{"DEFAULT_ACTUATION_MODE": "patch", **(settings or {})},
         # The demand forecast is an input only the operator and the simulator have (a plan file states
         # the load it wants planned); with it, see the test below.
         FORECAST_QUANTILE="0.9" if forecast else "0",
@@ -132,6 +136,8 @@ def _plan_command(
                 "serviceClass": cls,
                 "accelerator": va.accelerator_label,
                 "currentReplicas": current[name],
+                # The replica policy stabilises scale-down: the replicas running now outlive the plan.
+                "keptReplicas": current[name],
                 "minReplicas": va.spec.min_replicas,
                 **({"maxReplicas": va.spec.max_replicas} if va.spec.max_replicas is not None else {}),
                 "keepAccelerator": True,
@@ -210,3 +216,29 @@ def test_with_the_forecast_the_operator_and_the_simulator_still_decide_alike(
     plain = _decisions(policy.plan(loads, current, capacity))
     assert simulated != plain, "the forecast must change the plan for the comparison to mean something"
     assert _operator(policy, loads, current, capacity, forecast=True) == simulated
+
+
+@pytest.mark.parametrize(
+    ("settings", "kept"),
+    [
+        ({}, True),  # patch mode: the replica policy's 5-minute scale-down window
+        ({"SCALE_DOWN_STABILIZATION_WINDOW": "0s"}, False),
+        ({"DEFAULT_ACTUATION_MODE": "metrics"}, False),  # the HPA decides; the operator has no window
+    ],
+)
+def test_the_operator_tells_the_plan_which_replicas_its_scale_down_window_keeps(
+    settings: dict[str, str], kept: bool
+) -> None:
+    sc = load_bundled("node-failure")
+    policy = ours_policy(sc)
+    loads = {
+        m.model_id: ModelLoad(rpm=1600.0, avg_input_tokens=512.0, avg_output_tokens=256.0) for m in sc.models
+    }
+    current = {"llama-8b-a100": 8, "llama-8b-h100": 0}
+    recording = Recording()
+    _operator(policy, loads, current, sc.capacity(), recording=recording, settings=settings)
+    assert recording.request is not None
+    got = {v.key[1]: v.kept_replicas for v in recording.request.variants}
+    assert got == (
+        {"llama-8b-a100": 8, "llama-8b-h100": 0} if kept else {"llama-8b-a100": 0, "llama-8b-h100": 0}
+    )

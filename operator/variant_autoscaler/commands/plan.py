@@ -84,6 +84,7 @@ class VariantSection(_Strict):
     service_class: str | None = Field(default=None, alias="serviceClass")
     accelerator: str | None = None
     current_replicas: int = Field(default=0, alias="currentReplicas", ge=0)
+    kept_replicas: int = Field(default=0, alias="keptReplicas", ge=0)
     min_replicas: int = Field(default=1, alias="minReplicas", ge=0)
     max_replicas: int | None = Field(default=None, alias="maxReplicas", ge=1)
     keep_accelerator: bool = Field(default=False, alias="keepAccelerator")
@@ -129,6 +130,11 @@ def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, Pla
     except ValidationError as exc:
         return label, f"invalid: {_errors(exc)}"
     key = f"{section.namespace}/{section.name}"
+    if section.kept_replicas > section.current_replicas:
+        return key, (
+            f"invalid: field 'keptReplicas': {section.kept_replicas} is more than currentReplicas "
+            f"({section.current_replicas})"
+        )
     try:
         profiles = profiles_of(section.model_profile)
     except ConfigError as exc:
@@ -154,6 +160,7 @@ def _variant(raw: object, index: int, classes: ServiceClasses) -> tuple[str, Pla
         profiles=profiles,
         accelerator=section.accelerator,
         current_replicas=section.current_replicas,
+        kept_replicas=section.kept_replicas,
         load=load,
         min_replicas=section.min_replicas,
         max_replicas=section.max_replicas,

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MemberResult", "MilpMember", "MilpResult", "MilpUnit", "UnitResult", "solve_allocation"]
 
+#: What a replica the stabilisation keeps costs a pool's plan, as a share of its price (MilpMember.kept).
+KEPT_SHARE = 0.05
 _SERVED_TOLERANCE = 1e-7  # relative slack when a later solve must keep a served level
 _MIN_PHASE_SECONDS = 0.5
 
@@ -59,6 +61,11 @@ class MilpMember:
     options: tuple[Candidate, ...]
     min_replicas: int = 1
     max_replicas: int | None = None
+    # Replicas the scale-down stabilisation keeps running on the accelerator ``kept_on`` whatever the
+    # plan says (pool members): they are paid for anyway, so the cost solve charges a pool's member
+    # KEPT_SHARE of the price for each of them and the whole price only for replicas beyond them.
+    kept: int = 0
+    kept_on: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +224,17 @@ def _build(
                 needed = math.ceil(unit.demand / option.rate_per_replica - 1e-9) if unit.demand > 0 else 0
                 top = _cap(max(needed, floor), member.max_replicas)
                 y = model.var(0, 1, integral=True)
-                x = model.var(0, top, integral=True, cost=option.cost_per_replica)
+                kept = (
+                    member.kept if member.kept_on is not None and option.accelerator == member.kept_on else 0
+                )
+                if kept > 0:
+                    # Replicas up to ``kept`` run anyway: each costs KEPT_SHARE of its price (of two plans
+                    # equal beyond them the smaller wins, so the stabilisation still ends); beyond: all.
+                    x = model.var(0, top, integral=True, cost=KEPT_SHARE * option.cost_per_replica)
+                    beyond = model.var(0.0, float(top), integral=False, cost=option.cost_per_replica)
+                    model.row([(beyond, 1.0), (x, -1.0)], -float(kept), math.inf)
+                else:
+                    x = model.var(0, top, integral=True, cost=option.cost_per_replica)
                 model.row([(x, 1.0), (y, -float(top))], -math.inf, 0.0)
                 model.row([(x, 1.0), (y, -float(floor))], 0.0, math.inf)
                 use(option.device, x, option.units_per_replica)

@@ -236,6 +236,10 @@ class VariantInput:
     * ``workload``: its model's request-length distribution and arrival burstiness, measured online
       (ours); read only when its class states attainment or percentile targets (the tail model), None:
       exponential lengths with the load's means and Poisson arrivals.
+    * ``kept_replicas``: of ``current_replicas`` on ``current_accelerator``, those the scale-down
+      stabilisation keeps running this interval whatever the plan says (ours; 0: none). A pool's cost
+      solve charges only for replicas beyond them, so that it does not start replicas on another
+      accelerator for a saving smaller than what it pays for both while the window runs.
     """
 
     name: str
@@ -255,6 +259,7 @@ class VariantInput:
     # unit cost x its count; with it an accelerator missing from accelerator-unit-costs can still be sized.
     replica_cost: float | None = None
     workload: Workload | None = None
+    kept_replicas: int = 0
 
     def __post_init__(self) -> None:
         where = f"variant {self.namespace}/{self.name}"
@@ -264,6 +269,8 @@ class VariantInput:
             raise ConfigError(f"{where}: modelID must not be empty")
         if self.current_replicas < 0:
             raise ConfigError(f"{where}: currentReplicas must be >= 0, got {self.current_replicas}")
+        if not 0 <= self.kept_replicas <= self.current_replicas:
+            raise ConfigError(f"{where}: kept replicas must be within 0..{self.current_replicas}")
         if self.min_replicas < 0:
             raise ConfigError(f"{where}: minReplicas must be >= 0, got {self.min_replicas}")
         if self.max_replicas is not None and self.max_replicas < max(self.min_replicas, 1):

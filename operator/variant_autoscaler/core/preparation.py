@@ -107,8 +107,15 @@ def prepare(
 
 
 def milp_member(variant: VariantInput, options: tuple[Candidate, ...]) -> MilpMember:
-    """A variant as the MILP sees it: its options and replica bounds."""
-    return MilpMember(variant.key, options, variant.min_replicas, variant.max_replicas)
+    """A variant as the MILP sees it: its options, replica bounds and the replicas it runs now."""
+    return MilpMember(
+        variant.key,
+        options,
+        variant.min_replicas,
+        variant.max_replicas,
+        kept=variant.kept_replicas,
+        kept_on=variant.current_accelerator or None,
+    )
 
 
 def pool_units(

@@ -320,11 +320,22 @@ def plan_variant(
             profiles=ctx.profiles,
             workload=snapshot.workload(model, namespace) if snapshot is not None else None,
             ahead_rpm=(ahead or {}).get((model, namespace)),
+            # Its replicas outlive this plan while its scale-down is stabilised (the replica policy).
+            kept_replicas=ctx.target.spec_replicas if _stabilization(ctx.va, cfg, mode) > 0 else 0,
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"
         return
     ctx.planned = replace(planned, **extra)  # type: ignore[arg-type]
+
+
+def _stabilization(va: VariantAutoscaling | None, cfg: MainConfig, mode: ActuationMode) -> float:
+    """The variant's scale-down stabilisation window (s): its spec's, else the default for its mode."""
+    if va is not None and va.spec.scale_down is not None:
+        window = va.spec.scale_down.stabilization_window_seconds
+        if window is not None:
+            return float(window)
+    return cfg.stabilization_for(mode)
 
 
 def target_view(target: ScaleTarget | None) -> TargetView | None:
@@ -397,13 +408,7 @@ def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
         unit_cost = float(va.spec.variant_cost)
     elif ctx.annotated is not None:
         unit_cost = ctx.annotated.variant_cost
-    stabilization = (
-        float(va.spec.scale_down.stabilization_window_seconds)
-        if va is not None
-        and va.spec.scale_down is not None
-        and va.spec.scale_down.stabilization_window_seconds is not None
-        else cfg.stabilization_for(mode)
-    )
+    stabilization = _stabilization(va, cfg, mode)
     return DecisionInputs(
         now=now,
         namespace=ctx.key[0],

@@ -324,6 +324,8 @@ class OptimizerPolicy(Policy):
         self.pending_timeout_s = (
             pending_timeout_s if pending_timeout_s is not None else cfg.pending_timeout_seconds
         )
+        # The replica policy keeps a variant's replicas through the scale-down window: plans know it.
+        self._keeps = replica_policy and self.stabilization_s > 0
         self._state: dict[str, _VariantState] = {v.name: _VariantState() for v in scenario.variants}
         self.last_outcome: PlanOutcome | None = None
         if forecast_s < 0:
@@ -403,6 +405,9 @@ class OptimizerPolicy(Policy):
                     config=cfg,
                     workload=workloads.get(var.model) if workloads is not None else None,
                     ahead_rpm=ahead.get(var.model) if ahead is not None else None,
+                    # As the operator: its replicas outlive this plan while the replica policy
+                    # stabilises scale-down.
+                    kept_replicas=current[var.name] if self._keeps else 0,
                 )
             )
         request = PlanRequest(

@@ -24,7 +24,7 @@ from variant_autoscaler.core.model import (
     priority_weight,
 )
 from variant_autoscaler.core.optimizer import optimize, served_by_priority
-from variant_autoscaler.errors import InfeasibleError
+from variant_autoscaler.errors import ConfigError, InfeasibleError
 from variant_autoscaler.sim.wva_greedy import plan_greedy
 
 PARMS = ServiceParms(alpha=1.0, beta=0.1, gamma=1.0, delta=0.01)
@@ -259,6 +259,47 @@ def test_shared_load_under_capacity() -> None:
     assert (a100.replicas, g2.replicas) == (2, 4)
     assert a100.served_rate + g2.served_rate == pytest.approx(240.0)
     assert plan.total_cost == pytest.approx(172.0)
+
+
+def _pool(rate_rpm: float, *, kept_g2: int, current_g2: int = 8) -> dict[str, int]:
+    """A model shared by an A100 variant (none running) and a G2 one running ``current_g2`` replicas,
+    ``kept_g2`` of them kept by the scale-down stabilisation: the replicas planned per variant."""
+    vs = [
+        variant("on-a100", rate_rpm / 2, current_accelerator="A100", share_load=True),
+        variant(
+            "on-g2",
+            rate_rpm / 2,
+            accs=("G2",),
+            current_accelerator="G2",
+            current_replicas=current_g2,
+            kept_replicas=kept_g2,
+            share_load=True,
+        ),
+    ]
+    vs = [dataclasses.replace(v, model_id="shared", min_replicas=0) for v in vs]
+    plan = optimize(vs, ACCS, limited(), {A100: 8, GAUDI: 16}, sizer=SIZER)
+    return {k.split("/")[1]: d.replicas for k, d in plan.decisions.items()}
+
+
+def test_a_pool_pays_only_for_replicas_beyond_those_the_stabilisation_keeps() -> None:
+    # 4 req/s: 4 A100 replicas (160) are cheaper than 8 G2 (184), when nothing runs yet ...
+    assert _pool(240.0, kept_g2=0) == {"on-a100": 4, "on-g2": 0}
+    # ... but the 8 G2 replicas running now stay for the scale-down window whatever the plan says:
+    # moving the load to A100 would pay for both meanwhile.
+    assert _pool(240.0, kept_g2=8) == {"on-a100": 0, "on-g2": 8}
+    # More load: what the kept replicas cannot serve goes where it is cheapest (1 A100 for 1 req/s).
+    assert _pool(300.0, kept_g2=8) == {"on-a100": 1, "on-g2": 8}
+
+
+def test_kept_replicas_do_not_hold_a_scale_down() -> None:
+    # 2 req/s: of the plans that add nothing beyond the kept replicas the smallest wins, so that the
+    # stabilisation window ends and the variant scales down to what the load needs.
+    assert _pool(120.0, kept_g2=8) == {"on-a100": 0, "on-g2": 4}
+
+
+def test_kept_replicas_must_be_among_the_current_ones() -> None:
+    with pytest.raises(ConfigError, match="kept replicas"):
+        variant("a", 60.0, current_accelerator="A100", current_replicas=1, kept_replicas=2)
 
 
 # --- MILP vs WVA's greedy on seeded random instances (real analyzer) ----------------------------------

@@ -42,6 +42,7 @@ from variant_autoscaler.sim.scenario import (
     SimSettings,
     Variant,
 )
+from variant_autoscaler.sim.scenarios import load_bundled
 from variant_autoscaler.sim.simulator import simulate
 from variant_autoscaler.sim.traffic import Arrivals, TraceTraffic
 from vatesting.profiles import parms, sim_profile
@@ -208,6 +209,24 @@ def test_replicas_yielded_to_a_higher_priority_go_at_once_in_the_simulator_too()
     assert actions["va"].replicas == 2
     held = ours_policy(sc, planner=OnePerRps())  # no yields: the window keeps all four
     assert "va" not in held.decide(observation(60.0, {"va": served, "vh": view("vh", desired=0, ready=0)}))
+
+
+def test_ours_plans_knowing_the_stabilisation_keeps_its_replicas_the_oracle_does_not() -> None:
+    """On node-failure's inventory at 1,600 req/min with eight A100 replicas running: ours' replica
+    policy keeps them through the scale-down window, so its plan adds nothing beside them (eight A100
+    serve it); the oracle, which starts and stops at once, takes the cheapest mix (five A100 and one
+    H100). Without it, ours ran the union of both for a window each time the mix changed."""
+    sc = load_bundled("node-failure")
+    loads = {"meta/llama-3.1-8b": ModelLoad(1600.0, 512.0, 256.0)}
+    current = {"llama-8b-a100": 8, "llama-8b-h100": 0}
+
+    def plan(policy: OptimizerPolicy) -> dict[str, int]:
+        outcome = policy.plan(loads, current, sc.capacity())
+        return {name: d.replicas for (_, name), d in outcome.decisions.items()}
+
+    assert plan(ours_policy(sc)) == {"llama-8b-a100": 8, "llama-8b-h100": 0}
+    oracle = OraclePolicy(sc)
+    assert plan(oracle._inner) == {"llama-8b-a100": 5, "llama-8b-h100": 1}
 
 
 def test_wva_load_is_the_models_completion_rate() -> None:
