@@ -104,9 +104,9 @@ def _load(name: str) -> Scenario | None:
 
 
 class _React(Policy):
-    """The best any reactive policy can do against a step in the load: ``replicas`` asked for at
-    ``at_s``, the instant the step begins (before any metric could show it), and held; the replicas
-    take the model's start-up time like every policy's."""
+    """The best any reactive policy can do against a step in the load or a lost node: ``replicas``
+    asked for at ``at_s``, the instant the step begins or the node is lost (before any metric could
+    show it), and held; the replicas take the model's start-up time like every policy's."""
 
     def __init__(self, at_s: float, replicas: Mapping[str, int]) -> None:
         self.name = "reactive-bound"
@@ -124,23 +124,31 @@ class _React(Policy):
         return {n: Action(replicas=r) for n, r in self.replicas.items() if obs.variants[n].desired != r}
 
 
-def reactive_bound(scenario: Scenario, report: Mapping[str, Any]) -> dict[str, float] | None:
-    """For a scenario with a flash crowd: what a policy attains that asks for the oracle's peak replicas
-    at the very instant the crowd starts (``_React``), or None without a flash crowd."""
-    starts = [
+def reactive_bound(scenario: Scenario, report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For a scenario with a flash crowd or a node failure: what a policy attains that asks for the
+    oracle's largest replicas after it at the very instant the first such event begins
+    (``_React``), or None without one. Before it, the scenario's initial replicas serve."""
+    crowds = [
         m.traffic.rate.start_s
         for m in scenario.models
         if isinstance(m.traffic, GeneratedTraffic) and isinstance(m.traffic.rate, FlashCrowd)
     ]
-    if not starts:
+    failures = [f.at_s for f in scenario.failures if f.slowdown is None]
+    if not crowds and not failures:
         return None
-    desired = report["policies"]["oracle"]["timeseries"]["desired_replicas"]
-    peak = {var: max(values) for var, values in desired.items()}
-    result = simulate(scenario, _React(min(starts), peak), arrivals=scenario_arrivals(scenario))
+    at_s = min(crowds + failures)
+    event = "crowd" if crowds and min(crowds) == at_s else "failure"
+    oracle = report["policies"]["oracle"]["timeseries"]
+    after = [i for i, t in enumerate(oracle["sample_t_s"]) if t > at_s]
+    desired = oracle["desired_replicas"]
+    peak = {var: max((values[i] for i in after), default=0) for var, values in desired.items()}
+    result = simulate(scenario, _React(at_s, peak), arrivals=scenario_arrivals(scenario))
     summary = build_report([result], with_timeseries=False)["policies"]["reactive-bound"]
     return {
-        "at_s": min(starts),
+        "event": event,
+        "at_s": at_s,
         "replicas": float(sum(peak.values())),
+        "by_variant": {var: int(n) for var, n in peak.items() if n},
         "attainment": float(summary["attainment"]),
         "startup_s": max(m.startup_s for m in scenario.models),
     }
@@ -317,6 +325,32 @@ def _ablation_best(report: Mapping[str, Any]) -> str:
     )
 
 
+def _why_bound(bound: Mapping[str, Any]) -> str:
+    """What the reactive bound says about the scenario's event."""
+    got = float(bound["attainment"])
+    start = f"{bound['startup_s'] / 60:.0f} min"
+    if bound.get("event") == "failure":
+        asked = ", ".join(f"{n} {var}" for var, n in sorted(bound.get("by_variant", {}).items()))
+        what = (
+            f"one that asks for the oracle's largest allocation after the failure ({asked}) at the very "
+            f"second the node is lost, {bound['at_s'] / 60:.0f} min in, attains {_pct(got)}"
+        )
+        because = (
+            f"because its new replicas take {start} to start, while the replicas that survived carry the "
+            "whole load and a backlog builds that the new ones must then drain"
+        )
+    else:
+        what = (
+            f"one that asks for the oracle's peak ({bound['replicas']:.0f} replicas) at the very second "
+            f"the crowd starts, {bound['at_s'] / 60:.0f} min in, before any metric could show it, attains "
+            f"{_pct(got)}"
+        )
+        because = f"because its replicas take {start} to start and the crowd arrives faster"
+    if got < 0.99:
+        return f"No reactive policy can reach 99 % here: {what}, {because}."
+    return f"A reactive policy can reach 99 % here: {what}."
+
+
 def _why_attainment(name: str, report: Mapping[str, Any]) -> str:
     pol = report["policies"]
     ours = pol["ours"]
@@ -333,13 +367,7 @@ def _why_attainment(name: str, report: Mapping[str, Any]) -> str:
         )
     bound = report.get("reactive_bound")
     if bound is not None:
-        parts.append(
-            f"No reactive policy can reach 99 % here: one that asks for the oracle's peak "
-            f"({bound['replicas']:.0f} replicas) at the very second the crowd starts, "
-            f"{bound['at_s'] / 60:.0f} min in, before any metric could show it, attains "
-            f"{_pct(bound['attainment'])}, because its replicas take {bound['startup_s'] / 60:.0f} min to "
-            "start and the crowd arrives faster."
-        )
+        parts.append(_why_bound(bound))
     share = lag_share(report, "ours")
     if share is not None:
         parts.append(
