@@ -138,6 +138,47 @@ async def test_profile_source_spec_never_switches_but_still_learns() -> None:
     assert _events(h, "ProfileSourceChanged") == []
 
 
+def _queueing(h: Harness, **entries: str) -> None:
+    h.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "wva-queueing-model-config", "namespace": OPERATOR_NS},
+            "data": dict(entries),
+        }
+    )
+
+
+async def test_wva_tuning_enabled_false_keeps_the_hand_profile_unless_the_va_chooses() -> None:
+    """WVA's switched-off tuner: a model that ``tuningEnabled: false`` covers stays on its hand profile
+    however far the learned one is off (the learned one is still shown); a VA that states
+    ``profileSource`` decides for itself."""
+    truth = parms(*(v / 2 for v in (WVA_A100.alpha, WVA_A100.beta, WVA_A100.gamma, WVA_A100.delta)))
+    h = Harness()
+    _queueing(h, default="tuningEnabled: false")
+    _target(h)
+    h.add_va()
+    seen = await _cycles(h, VA, 10, truth=truth)
+    assert {s["source"] for s in seen} == {"spec"}
+    assert seen[-1]["confidence"] in ("high", "medium")
+    assert seen[-1]["reason"] == "tuningEnabled is false in wva-queueing-model-config[default]"
+    assert _events(h, "ProfileSourceChanged") == []
+
+    chooses = Harness()
+    _queueing(chooses, default="tuningEnabled: false")
+    _target(chooses)
+    chooses.add_va(profileSource="auto")
+    sources = [s["source"] for s in await _cycles(chooses, VA, 10, truth=truth)]
+    assert sources[-1] == "learned", sources
+
+    # A per-model entry turns it back on for its model.
+    on = Harness()
+    _queueing(on, default="tuningEnabled: false", mine=f"model_id: {MODEL}\ntuningEnabled: true")
+    _target(on)
+    on.add_va()
+    assert (await _cycles(on, VA, 10, truth=truth))[-1]["source"] == "learned"
+
+
 async def test_profile_source_learned_uses_the_learned_profile_before_it_is_confident() -> None:
     h = Harness()
     _target(h)  # the server runs batches up to 16 (its --max-num-seqs)

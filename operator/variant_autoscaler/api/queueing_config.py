@@ -8,8 +8,11 @@ Ours: ``targetTTFTPercentile``, ``targetITLPercentile`` and ``attainment`` state
 of requests, as a service class's ``slo-*-percentile`` and ``slo-attainment`` do (docs/tail-slo.md).
 
 The explicit targets are the SLOs of a VariantAutoscaling that has no service class
-(:meth:`QueueingModelConfig.slo_for`); our queueing model already learns its parameters online, so
-``tuningEnabled`` and ``sloMultiplier`` are read and reported, and the engine decides what to do with them.
+(:meth:`QueueingModelConfig.slo_for`). ``tuningEnabled: false`` keeps the models it covers on their hand
+profiles, as WVA's switched-off tuner did (:meth:`QueueingModelConfig.tuning_off`): the operator still
+learns and shows their parameters, but does not size by them unless a VA asks (``profileSource``).
+``sloMultiplier`` is read and checked; it is not used (a model without SLOs is reported, not sized on
+SLOs inferred from its parameters).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class QueueingModelConfig:
     present: bool = False
     entries: tuple[tuple[Entry, Mapping[str, object]], ...] = ()
     problems: tuple[str, ...] = ()
+    name: str = QUEUEING_CONFIG_MAP_NAMES[0]
 
     def for_model(self, model_id: str, namespace: str) -> QueueingModelSettings:
         values = {id(e): v for e, v in self.entries}
@@ -74,6 +78,14 @@ class QueueingModelConfig:
         for entry in pick_entries((e for e, _ in self.entries), model_id, namespace):
             out = replace(out, **values[id(entry)], source=entry.key)  # type: ignore[arg-type]
         return out
+
+    def tuning_off(self, model_id: str, namespace: str) -> str | None:
+        """Why the model's learned profile may not size it unless its VA asks (``tuningEnabled: false``
+        in the entry that covers it), or None when tuning is on (the default)."""
+        s = self.for_model(model_id, namespace)
+        if s.tuning_enabled:
+            return None
+        return f"tuningEnabled is false in {self.name}[{s.source}]"
 
     def slo_for(self, model_id: str, namespace: str) -> ModelTarget | None:
         """The model's explicit SLOs (ms), for a VA without a service class; None when not given."""
@@ -137,4 +149,4 @@ def parse_queueing_config(
         )
         parsed.append((entry, values))
     present = data is not None and any(e.model_id is None for e, _ in parsed)
-    return QueueingModelConfig(present, tuple(parsed), tuple(problems))
+    return QueueingModelConfig(present, tuple(parsed), tuple(problems), name)

@@ -81,7 +81,9 @@ class LearningInputs:
       collected (nothing is learned this cycle: the state is kept as it is);
     * ``max_batch``: the server's maximum batch (``--max-num-seqs``, else the profile's);
     * ``last_scale``: the last change of its replicas (unix time), if known;
-    * ``stored``: the ``learnedProfile`` object as last written (None: never).
+    * ``stored``: the ``learnedProfile`` object as last written (None: never);
+    * ``mode_reason``: why ``mode`` is what it is when the VA did not choose it (WVA's ``tuningEnabled:
+      false``, say), for the reasons shown.
     """
 
     now: datetime
@@ -93,6 +95,7 @@ class LearningInputs:
     max_batch: int | None
     last_scale: float | None
     stored: Mapping[str, Any] | None
+    mode_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,7 @@ def learn(inp: LearningInputs) -> LearningResult:
         ).state
     learned = learned_profile(state, inp.hand)
     previous = stored_source(inp.stored)
-    choice = choose_profile(inp.mode, inp.hand, learned, previous=previous)
+    choice = choose_profile(inp.mode, inp.hand, learned, previous=previous, mode_reason=inp.mode_reason)
     if choice.source is ProfileSource.LEARNED and inp.accelerator is None:
         # The model sizes a variant on an accelerator, by name (its cost, its GPUs).
         choice = ProfileChoice(

@@ -127,19 +127,20 @@ def choose_profile(
     previous: ProfileSource | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     level: Confidence = Confidence.MEDIUM,
+    mode_reason: str | None = None,
 ) -> ProfileChoice:
-    """The profile that sizes the variant this cycle (see the module doc for the rules)."""
+    """The profile that sizes the variant this cycle (see the module doc for the rules).
+    ``mode_reason``: why the mode is what it is, when the VA did not choose it (its reasons say so)."""
     parms = learned.parms if learned is not None else None
     usable = learned is not None and parms is not None and learned.learned_all
     confident = usable and learned is not None and learned.confident(level)
     summary = learned.summary() if learned is not None else ""
 
     if mode is ProfileMode.SPEC:
+        said = mode_reason or "profile choice is spec"
         if hand is not None:
-            return ProfileChoice(ProfileSource.SPEC, hand, "profile choice is spec")
-        return ProfileChoice(
-            ProfileSource.SATURATION, None, "profile choice is spec, but there is no modelProfile for it"
-        )
+            return ProfileChoice(ProfileSource.SPEC, hand, said)
+        return ProfileChoice(ProfileSource.SATURATION, None, f"{said}, but there is no modelProfile for it")
     if mode is ProfileMode.LEARNED:
         if usable:
             return ProfileChoice(ProfileSource.LEARNED, parms, f"profile choice is learned: {summary}")

@@ -26,6 +26,7 @@ from typing import Any
 from variant_autoscaler.adapters.profile_metrics import ProfileMetrics, ProfileSnapshot
 from variant_autoscaler.adapters.prometheus import Collector
 from variant_autoscaler.adapters.state_store import StateStore, entry_key
+from variant_autoscaler.api.queueing_config import QueueingModelConfig
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL
 from variant_autoscaler.core.decision import DEFAULT_MAX_BATCH
 from variant_autoscaler.core.estimator import PodWindow
@@ -96,9 +97,12 @@ class ProfileLearner:
         snapshot: ProfileSnapshot | None,
         now: datetime,
         listed: Mapping[str, Mapping[str, Any]] | None,
+        queueing: QueueingModelConfig | None = None,
     ) -> None:
         """Learn for every variant that has a scale target; set ``ctx.learning`` and ``ctx.profiles``.
-        ``listed``: the operator namespace's ConfigMaps as the cycle listed them (None: not listed)."""
+        ``listed``: the operator namespace's ConfigMaps as the cycle listed them (None: not listed);
+        ``queueing``: WVA's queueing-model ConfigMap, whose ``tuningEnabled: false`` keeps a model on
+        its hand profile where its VA does not choose (``profileSource``)."""
         if not self.enabled:
             return
         if self._entries is None and listed is not None and any(c.annotated is not None for c in contexts):
@@ -113,6 +117,11 @@ class ProfileLearner:
             key = _key(ctx)
             seen.add(key)
             hand, max_batch, mode, accelerator = self._spec_view(ctx)
+            mode_reason = None
+            if queueing is not None and (ctx.va is None or not ctx.va.spec.profile_source):
+                mode_reason = queueing.tuning_off(ctx.model_id, ctx.key[0])
+                if mode_reason is not None:
+                    mode = ProfileMode.SPEC
             stored = self._memory.get(key)
             if stored is None:
                 stored = (
@@ -131,6 +140,7 @@ class ProfileLearner:
                     max_batch=max_batch,
                     last_scale=_last_scale(ctx, now),
                     stored=stored if isinstance(stored, Mapping) else None,
+                    mode_reason=mode_reason,
                 )
             )
             ctx.learning = result

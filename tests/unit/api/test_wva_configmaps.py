@@ -260,6 +260,17 @@ def test_queueing_model_config_and_slos_for_vas_without_a_class() -> None:
     assert slo is not None and (slo.ttft, slo.itl) == (500.0, 100.0)
     assert cfg.slo_for("meta/llama-3.1-70b", "elsewhere") is None
     assert not parse_queueing_config(None).present
+    assert cfg.tuning_off("meta/llama-3.1-70b", "llm-d") is None  # tuning is on unless turned off
+
+
+def test_queueing_model_tuning_off_names_the_entry_that_turned_it_off() -> None:
+    cfg = parse_queueing_config(
+        {"default": "tuningEnabled: false", "on": "model_id: m\ntuningEnabled: true"},
+        name="queueing-model-config",
+    )
+    assert cfg.tuning_off("other", "ns") == "tuningEnabled is false in queueing-model-config[default]"
+    assert cfg.tuning_off("m", "ns") is None
+    assert parse_queueing_config(None).tuning_off("m", "ns") is None
 
 
 @pytest.mark.parametrize(
