@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from variant_autoscaler.core.analyzer import Load, SizingRequest
 from variant_autoscaler.core.candidates import Candidate, CandidateSet, Sizer, tail_request
-from variant_autoscaler.core.milp import UnitResult
+from variant_autoscaler.core.milp import KEPT_SHARE, UnitResult
 from variant_autoscaler.core.model import AcceleratorType, Decision, Outcome, VariantInput
 from variant_autoscaler.core.preparation import Pool, Prepared
 from variant_autoscaler.core.tail import size_tail_allocation
@@ -268,6 +268,9 @@ def pool_decisions(
     demand = pool.load.arrival_rate / 60.0
     full = result.served >= demand * (1.0 - 1e-9)
     names = ", ".join(sorted(m.key for m in running)) or "none"
+    # Replicas a scale-down window keeps cost the plan little (MilpMember.kept): say so where it counts.
+    kept = sum(by_key[m.key].kept_replicas for m in result.members)
+    cheaper = "at lower cost" + (" (counting the replicas scale-down windows keep)" if kept else "")
     for member in result.members:
         variant = by_key[member.key]
         cset = prepared.candidates[member.key]
@@ -282,7 +285,7 @@ def pool_decisions(
                 0.0,
                 Outcome.FULL if full else Outcome.UNSERVED,
                 f"shares {pool.model_id}'s load ({rate_text(pool.load.arrival_rate)}) with {names}; "
-                + ("not needed: the others serve it at lower cost" if full else "no capacity left for it"),
+                + (f"not needed: the others serve it {cheaper}" if full else "no capacity left for it"),
                 0.0,
                 variant.load.arrival_rate if variant.load is not None else 0.0,
             )
@@ -305,6 +308,11 @@ def pool_decisions(
             f"{replicas_text(member.replicas)} of {option.accelerator} (batch {option.batch}) take "
             f"{rate_text(share * 60.0)} within {slo_text(variant)} {predicted_text(variant, itl, ttft)}"
         )
+        if variant.kept_replicas and option.accelerator == variant.current_accelerator:
+            reason += (
+                f"; {replicas_text(variant.kept_replicas)} running, kept by the scale-down window, "
+                f"count at {KEPT_SHARE * 100:g} % of their price"
+            )
         if not full:
             reason += f"; the model's load is only {result.served / demand:.0%} served"
         decisions[member.key] = Decision(

@@ -261,9 +261,9 @@ def test_shared_load_under_capacity() -> None:
     assert plan.total_cost == pytest.approx(172.0)
 
 
-def _pool(rate_rpm: float, *, kept_g2: int, current_g2: int = 8) -> dict[str, int]:
+def _plan_pool(rate_rpm: float, *, kept_g2: int, current_g2: int = 8) -> Plan:
     """A model shared by an A100 variant (none running) and a G2 one running ``current_g2`` replicas,
-    ``kept_g2`` of them kept by the scale-down stabilisation: the replicas planned per variant."""
+    ``kept_g2`` of them kept by the scale-down stabilisation."""
     vs = [
         variant("on-a100", rate_rpm / 2, current_accelerator="A100", share_load=True),
         variant(
@@ -277,7 +277,12 @@ def _pool(rate_rpm: float, *, kept_g2: int, current_g2: int = 8) -> dict[str, in
         ),
     ]
     vs = [dataclasses.replace(v, model_id="shared", min_replicas=0) for v in vs]
-    plan = optimize(vs, ACCS, limited(), {A100: 8, GAUDI: 16}, sizer=SIZER)
+    return optimize(vs, ACCS, limited(), {A100: 8, GAUDI: 16}, sizer=SIZER)
+
+
+def _pool(rate_rpm: float, *, kept_g2: int) -> dict[str, int]:
+    """The replicas :func:`_plan_pool` plans per variant."""
+    plan = _plan_pool(rate_rpm, kept_g2=kept_g2)
     return {k.split("/")[1]: d.replicas for k, d in plan.decisions.items()}
 
 
@@ -287,6 +292,11 @@ def test_a_pool_pays_only_for_replicas_beyond_those_the_stabilisation_keeps() ->
     # ... but the 8 G2 replicas running now stay for the scale-down window whatever the plan says:
     # moving the load to A100 would pay for both meanwhile.
     assert _pool(240.0, kept_g2=8) == {"on-a100": 0, "on-g2": 8}
+    reasons = {k.split("/")[1]: d.reason for k, d in _plan_pool(240.0, kept_g2=8).decisions.items()}
+    assert (
+        "8 replicas running, kept by the scale-down window, count at 5 % of their price" in reasons["on-g2"]
+    )
+    assert "lower cost (counting the replicas scale-down windows keep)" in reasons["on-a100"]
     # More load: what the kept replicas cannot serve goes where it is cheapest (1 A100 for 1 req/s).
     assert _pool(300.0, kept_g2=8) == {"on-a100": 1, "on-g2": 8}
 
