@@ -166,7 +166,8 @@ def test_infeasible_slo_is_a_failure_with_the_reason() -> None:
     assert "ITL" in outcome.failures[(NS, VA)]
 
 
-async def test_engine_in_limited_mode_counts_gpus_held_by_other_workloads() -> None:
+def _limited_on_four_a100s() -> Harness:
+    """The engine in limited mode (patch) on two nodes of two A100s each."""
     nodes = [
         node_gpus(
             {
@@ -186,6 +187,11 @@ async def test_engine_in_limited_mode_counts_gpus_held_by_other_workloads() -> N
         OPTIMIZER_MODE="limited", SATURATION_POLICY="PriorityExhaustive", DEFAULT_ACTUATION_MODE="patch"
     )
     h.engine._nodes = lambda: nodes
+    return h
+
+
+async def test_engine_in_limited_mode_counts_gpus_held_by_other_workloads() -> None:
+    h = _limited_on_four_a100s()
     h.add_va(replicas=1)
     # Someone else's job holds 3 of the 4 A100s.
     h.kube.put(
@@ -241,25 +247,7 @@ async def test_engine_gives_a_higher_priority_the_gpus_at_once() -> None:
     """Limited mode on 4 A100s: Freemium holds them while Premium's load grows; Freemium gives up the GPUs
     Premium is planned onto at once, though its scale-down stabilisation window (patch mode: 300 s)
     would keep them for minutes (core/policy.py rule 3e)."""
-    nodes = [
-        node_gpus(
-            {
-                "metadata": {
-                    "name": f"a100-{i}",
-                    "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"},
-                },
-                "status": {
-                    "allocatable": {"nvidia.com/gpu": "2"},
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                },
-            }
-        )
-        for i in range(2)
-    ]
-    h = Harness(
-        OPTIMIZER_MODE="limited", SATURATION_POLICY="PriorityExhaustive", DEFAULT_ACTUATION_MODE="patch"
-    )
-    h.engine._nodes = lambda: nodes
+    h = _limited_on_four_a100s()
     h.add_va(replicas=1)
     free = load_yaml("deploy/samples/variantautoscaling.yaml")
     free["metadata"]["name"] = "granite"
