@@ -135,11 +135,23 @@ def apply_policy(inp: PolicyInput) -> PolicyDecision:
         raise ModelError("stabilization_seconds must be >= 0")
 
     history = _prune(inp.history, inp.now, inp.stabilization_seconds)
-    if not inp.history and inp.current_replicas is not None and inp.stabilization_seconds > 0:
-        # A variant seen for the first time: its current replicas count as the first recommendation
-        # (as the HorizontalPodAutoscaler seeds its own), so that it is not scaled down on one
-        # cycle's reading, before the load and its forecast are known.
-        history = (Recommendation(time=inp.now, replicas=inp.current_replicas),)
+    current_now = inp.current_replicas
+    if current_now is not None and inp.stabilization_seconds > 0:
+        if not inp.history:
+            # A variant seen for the first time: its current replicas count as the first recommendation
+            # (as the HorizontalPodAutoscaler seeds its own), so that it is not scaled down on one
+            # cycle's reading, before the load and its forecast are known.
+            history = (Recommendation(time=inp.now, replicas=current_now),)
+        elif (
+            inp.last_desired is not None
+            and current_now > inp.last_desired
+            and current_now > max(r.replicas for r in history)
+        ):
+            # More replicas run than the last decision and every recommendation on record asked for: a
+            # scale-up whose record was lost (a process killed between its patch and its status write,
+            # or a burst-guard scale just before a restart) or one made by hand. It counts as a
+            # recommendation from now on, so that it is not undone before one window has passed.
+            history = (*history, Recommendation(time=inp.now, replicas=current_now))[-MAX_HISTORY:]
 
     # Rule 1: hold on missing data.
     if not inp.metrics_ok or inp.optimized_replicas is None:

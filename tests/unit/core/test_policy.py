@@ -107,6 +107,7 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
         _inp(
             optimized_replicas=2,
             current_replicas=5,
+            last_desired=d.replicas,
             stabilization_seconds=300,
             history=d.history,
             now=T0 + timedelta(seconds=150),
@@ -117,6 +118,7 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
         _inp(
             optimized_replicas=2,
             current_replicas=5,
+            last_desired=held.replicas,
             stabilization_seconds=300,
             history=held.history,
             now=T0 + timedelta(seconds=250),
@@ -127,6 +129,7 @@ def test_stabilization_defers_scale_down_to_the_window_max() -> None:
         _inp(
             optimized_replicas=2,
             current_replicas=4,
+            last_desired=later.replicas,
             stabilization_seconds=300,
             history=later.history,
             now=T0 + timedelta(seconds=301),
@@ -257,6 +260,7 @@ def test_a_variant_seen_first_is_not_scaled_down_before_one_window() -> None:
             now=T0 + timedelta(seconds=301),
             optimized_replicas=2,
             current_replicas=8,
+            last_desired=first.replicas,
             stabilization_seconds=300.0,
             history=first.history,
         )
@@ -266,6 +270,53 @@ def test_a_variant_seen_first_is_not_scaled_down_before_one_window() -> None:
     assert apply_policy(_inp(optimized_replicas=2, current_replicas=8)).replicas == 2
     up = apply_policy(_inp(optimized_replicas=9, current_replicas=8, stabilization_seconds=300.0))
     assert up.replicas == 9
+
+
+def test_a_scale_up_whose_record_was_lost_is_not_undone_before_one_window() -> None:
+    """The process that scaled the target from 1 to 2 was killed before its status write (or its burst
+    guard scaled just before a restart): the history and the last decision on record say 1. The replicas
+    running count as a recommendation from now on, so the next cycle's lower reading does not take the
+    scale-up back at once; after the window it may."""
+    on_record = (Recommendation(time=T0 - timedelta(seconds=120), replicas=1),)
+    lost = apply_policy(
+        _inp(
+            optimized_replicas=1,
+            current_replicas=2,
+            last_desired=1,
+            stabilization_seconds=30.0,
+            history=on_record,
+        )
+    )
+    assert lost.replicas == 2 and "stabilization" in lost.limited_by
+    later = apply_policy(
+        _inp(
+            now=T0 + timedelta(seconds=31),
+            optimized_replicas=1,
+            current_replicas=2,
+            last_desired=2,
+            stabilization_seconds=30.0,
+            history=lost.history,
+        )
+    )
+    assert later.replicas == 1
+    # A scale-up on record is what the window already keeps; nothing is added for it.
+    kept = apply_policy(
+        _inp(
+            optimized_replicas=1,
+            current_replicas=2,
+            last_desired=2,
+            stabilization_seconds=30.0,
+            history=on_record,
+        )
+    )
+    assert kept.replicas == 1
+    # Without a window nothing is remembered.
+    assert (
+        apply_policy(
+            _inp(optimized_replicas=1, current_replicas=2, last_desired=1, history=on_record)
+        ).replicas
+        == 1
+    )
 
 
 def test_make_before_break_waits_for_the_other_variants_replicas() -> None:
