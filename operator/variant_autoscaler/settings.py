@@ -130,6 +130,9 @@ class Settings(BaseSettings):
 
     prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
     prometheus_retries: int = Field(default=2, ge=0)
+    # The most one Prometheus answer may hold: a body past it fails the cycle's collection (a proxy or a
+    # misconfigured query streaming without end must not exhaust the operator's memory).
+    prometheus_max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
 
     log_format: Literal["json", "plain"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = Field(

@@ -63,6 +63,15 @@ def test_constructor_overrides_and_validation() -> None:
         Settings(log_format="xml")
 
 
+def test_prometheus_response_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().prometheus_max_response_bytes == 16 * 1024 * 1024
+    monkeypatch.setenv("WVA_PROMETHEUS_MAX_RESPONSE_BYTES", "1048576")
+    assert Settings().prometheus_max_response_bytes == 1 << 20
+    monkeypatch.setenv("WVA_PROMETHEUS_MAX_RESPONSE_BYTES", "1000")  # not even one series list
+    with pytest.raises(ValueError, match="65536"):
+        Settings()
+
+
 def test_liveness_age() -> None:
     assert Settings().max_cycle_age(60.0) == 240.0
     assert Settings(liveness_max_cycle_age_seconds=30).max_cycle_age(60.0) == 30.0

@@ -353,6 +353,7 @@ class Engine:
                 cfg,
                 timeout=self.settings.prometheus_timeout_seconds,
                 retries=self.settings.prometheus_retries,
+                max_response_bytes=self.settings.prometheus_max_response_bytes,
             )
         )
 
