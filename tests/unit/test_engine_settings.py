@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from variant_autoscaler.adapters.prometheus import DEFAULT_MAX_RESPONSE_BYTES
 from variant_autoscaler.settings import WVA_CONFIG_MAP, WVA_NAMESPACE, Settings
 
 
@@ -64,7 +65,8 @@ def test_constructor_overrides_and_validation() -> None:
 
 
 def test_prometheus_response_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().prometheus_max_response_bytes == 16 * 1024 * 1024
+    # The operator's default is the client's own (adapters/prometheus.py): the two cannot drift apart.
+    assert Settings().prometheus_max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES == 16 * 1024 * 1024
     monkeypatch.setenv("WVA_PROMETHEUS_MAX_RESPONSE_BYTES", "1048576")
     assert Settings().prometheus_max_response_bytes == 1 << 20
     monkeypatch.setenv("WVA_PROMETHEUS_MAX_RESPONSE_BYTES", "1000")  # not even one series list
