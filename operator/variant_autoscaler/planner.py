@@ -29,6 +29,7 @@ from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.v1alpha1 import DEFAULT_VARIANT_COST, ModelProfile, VariantAutoscaling
 from variant_autoscaler.core.analyzer import Load
 from variant_autoscaler.core.decision import VariantPlan
+from variant_autoscaler.core.inferred_slo import infer_slo
 from variant_autoscaler.core.kvcache import KVCache, batch_ceiling
 from variant_autoscaler.core.model import (
     DEFAULT_PRIORITY,
@@ -56,7 +57,7 @@ from variant_autoscaler.core.sizing import (
     size_group,
 )
 from variant_autoscaler.core.workload import Workload
-from variant_autoscaler.errors import ConfigError
+from variant_autoscaler.errors import ConfigError, ModelError
 
 __all__ = [
     "IdleInput",
@@ -120,6 +121,10 @@ class PlannedVariant:
     * ``saturation``: what the analyzers see of it (None: nothing read); ``idle``: scale to zero.
     * ``default_slo``: its SLOs when no service class has an entry for its model (WVA's
       queueing-model ConfigMap).
+    * ``slo_multiplier``: WVA's ``sloMultiplier`` and where it was read, when that ConfigMap covers its
+      model without explicit targets: with no service class either, its SLOs are inferred from its
+      profile so that a replica runs at ``1 − 1/k`` of what it sustains
+      (:func:`~variant_autoscaler.core.inferred_slo.infer_slo`).
     * ``workload``: its model's request-length distribution and arrival burstiness as measured (the
       whole model's stream; None: not measured). Only classes with attainment or percentile targets read
       it; the planner reads it to about 2 % (:meth:`~variant_autoscaler.core.workload.Workload.rounded`).
@@ -155,6 +160,7 @@ class PlannedVariant:
     analyzers: tuple[AnalyzerLike, ...] = ()
     idle: IdleInput | None = None
     default_slo: ModelTarget | None = None
+    slo_multiplier: tuple[float, str] | None = None
     workload: Workload | None = None
     ahead_rpm: float | None = None
     kv_cache: KVCache | None = None
@@ -375,6 +381,12 @@ class OptimizerPlanner:
                     ServiceTarget("queueing-model", DEFAULT_PRIORITY, v.default_slo.slo),
                     "SLOs of wva-queueing-model-config",
                 )
+            if resolved is None and v.slo_multiplier is not None:
+                resolved, why_not = _inferred_service(v)
+                if resolved is None:
+                    failures[v.key] = why_not
+                    no_slo.add(v.key)
+                    continue
             if resolved is None:
                 # No SLOs to size it by: saturation does (as WVA v0.4 did for every variant).
                 failures[v.key] = f"no service class has an entry for model {v.model_id!r}"
@@ -461,6 +473,32 @@ class OptimizerPlanner:
             room=_room(inputs, keys, request, plan),
             yields=_yields(inputs, keys, request, plan),
         )
+
+
+def _inferred_service(v: PlannedVariant) -> tuple[tuple[ServiceTarget, str] | None, str]:
+    """The variant's service target from WVA's ``sloMultiplier`` (``v.slo_multiplier`` set): the SLOs that
+    load one replica on its current accelerator (else its first profile) to ``1 − 1/k`` of what it
+    sustains, for the lengths it serves now; or None and why not (then saturation sizes it)."""
+    assert v.slo_multiplier is not None
+    k, where = v.slo_multiplier
+    if v.load is None or v.load.avg_input_tokens <= 0 or v.load.avg_output_tokens <= 0:
+        return None, (
+            f"SLOs inferred with sloMultiplier {k:g} ({where}) need the request lengths it serves: "
+            "none measured this cycle"
+        )
+    profile = next((p for p in v.profiles if p.accelerator == v.accelerator), v.profiles[0])
+    try:
+        found = infer_slo(
+            profile,
+            k,
+            v.load.avg_input_tokens,
+            v.load.avg_output_tokens,
+            max_batch_size=v.max_batch,
+        )
+    except ModelError as exc:
+        return None, f"SLOs inferred with sloMultiplier {k:g} ({where}): {exc}"
+    how = f"SLOs inferred with sloMultiplier {k:g} ({where}): {found.describe()}"
+    return (ServiceTarget("queueing-model", DEFAULT_PRIORITY, found.slo), how), ""
 
 
 def _kv_capped(v: PlannedVariant) -> tuple[tuple[Profile, ...], int | None, tuple[str, str] | None]:

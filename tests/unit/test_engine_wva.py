@@ -154,6 +154,20 @@ async def test_queueing_model_slos_serve_a_va_without_a_service_class() -> None:
     assert "wva-queueing-model-config" in _reason(h, VA)
 
 
+async def test_a_queueing_configmap_without_targets_sizes_by_slos_inferred_with_slo_multiplier() -> None:
+    h = _harness()
+    del h.kube.objects[("configmaps", OPERATOR_NS, "service-classes-config")]
+    h.kube.put(_configmap("wva-queueing-model-config", {"default": "sloMultiplier: 2\ntuningEnabled: true"}))
+    h.add_va(replicas=1)
+    h.load(60.0)
+    await h.engine.run_cycle()
+    conds = h.conditions()
+    assert conds["OptimizationReady"]["reason"] == "OptimizationSucceeded"
+    reason = _reason(h, VA)
+    assert "SLOs inferred with sloMultiplier 2 (wva-queueing-model-config[default])" in reason
+    assert "50 % of what one" in reason
+
+
 # --- saturation -------------------------------------------------------------------------------------------
 
 

@@ -4,13 +4,16 @@ variantCost as the replica cost, and the queueing-model ConfigMap's SLOs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from variant_autoscaler.api.config import parse_main_config
 from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
+from variant_autoscaler.core.inferred_slo import infer_slo
 from variant_autoscaler.core.model import ModelTarget
+from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize
 from variant_autoscaler.core.saturation import V1, V2, ReplicaMetrics
 from variant_autoscaler.core.sizing import IdleInput, SaturationInput, SizingMember, size_group
 from variant_autoscaler.planner import (
@@ -124,6 +127,40 @@ def test_queueing_model_slos_when_no_class_has_the_model() -> None:
     planned = replace(_sample("a", 60.0, None), default_slo=ModelTarget(MODEL, itl=24.0, ttft=500.0))
     outcome = OptimizerPlanner().plan(_request(planned, floor=False, classes=ServiceClasses(())))
     assert "wva-queueing-model-config" in outcome.decisions[(NS, "a")].reason
+
+
+def test_slos_inferred_with_slo_multiplier_when_neither_a_class_nor_the_configmap_states_them() -> None:
+    where = "wva-queueing-model-config[default]"
+    planned = replace(_sample("a", 600.0, None), slo_multiplier=(3.0, where))
+    outcome = OptimizerPlanner().plan(_request(planned, floor=False, classes=ServiceClasses(())))
+    decision = outcome.decisions[(NS, "a")]
+    assert f"SLOs inferred with sloMultiplier 3 ({where})" in decision.reason
+    assert "67 % of what one A100 replica sustains" in decision.reason
+    profile = next(p for p in planned.profiles if p.accelerator == "A100")
+    inferred = infer_slo(profile, 3.0, 100.0, 128.0)
+    capacity = QueueAnalyzer(
+        profile.max_batch_size, None, profile.parms, RequestSize(100.0, 128.0)
+    ).rate_range[1]
+    # Each replica at about 2/3 of its capacity: 10 req/s over (2/3 x capacity), rounded up.
+    assert decision.replicas == math.ceil(10.0 / (capacity * 2 / 3) - 0.02)
+    assert decision.itl_ms is not None and decision.itl_ms <= inferred.slo.itl
+    # Stated SLOs win: the ConfigMap's own targets, then a service class.
+    stated = replace(planned, default_slo=ModelTarget(MODEL, itl=24.0, ttft=500.0))
+    reason = OptimizerPlanner().plan(_request(stated, floor=False, classes=ServiceClasses(()))).decisions
+    assert "sloMultiplier" not in reason[(NS, "a")].reason
+    by_class = OptimizerPlanner().plan(_request(planned, floor=False)).decisions[(NS, "a")]
+    assert "sloMultiplier" not in by_class.reason and "Premium" in by_class.reason
+
+
+def test_without_request_lengths_inferred_slos_leave_the_variant_to_saturation_and_say_why() -> None:
+    planned = replace(
+        _sample("a", 600.0, None),
+        load=ObservedLoad(600.0, 0.0, 0.0),
+        slo_multiplier=(3.0, "wva-queueing-model-config[default]"),
+    )
+    outcome = OptimizerPlanner().plan(_request(planned, floor=False, classes=ServiceClasses(())))
+    assert (NS, "a") not in outcome.decisions  # no fresh saturation metrics either: not decided
+    assert "need the request lengths it serves" in outcome.failures[(NS, "a")]
 
 
 def test_idle_goes_to_zero_only_on_a_measured_zero() -> None:

@@ -11,8 +11,9 @@ The explicit targets are the SLOs of a VariantAutoscaling that has no service cl
 (:meth:`QueueingModelConfig.slo_for`). ``tuningEnabled: false`` keeps the models it covers on their hand
 profiles, as WVA's switched-off tuner did (:meth:`QueueingModelConfig.tuning_off`): the operator still
 learns and shows their parameters, but does not size by them unless a VA asks (``profileSource``).
-``sloMultiplier`` is read and checked; it is not used (a model without SLOs is reported, not sized on
-SLOs inferred from its parameters).
+A model an entry covers without explicit targets gets WVA's inferred SLOs: ``sloMultiplier`` k sets
+them so that a replica sized to them runs at ``1 − 1/k`` of what it sustains
+(:meth:`QueueingModelConfig.multiplier_for`, :mod:`variant_autoscaler.core.inferred_slo`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ class QueueingModelConfig:
         if s.tuning_enabled:
             return None
         return f"tuningEnabled is false in {self.name}[{s.source}]"
+
+    def multiplier_for(self, model_id: str, namespace: str) -> tuple[float, str] | None:
+        """WVA's inferred SLOs: ``(sloMultiplier, where it was read)`` for a model that an entry of this
+        ConfigMap covers without explicit targets; None when none covers it or it states its targets."""
+        if not pick_entries((e for e, _ in self.entries), model_id, namespace):
+            return None
+        s = self.for_model(model_id, namespace)
+        if s.target_ttft_ms is not None:
+            return None
+        return s.slo_multiplier, f"{self.name}[{s.source}]"
 
     def slo_for(self, model_id: str, namespace: str) -> ModelTarget | None:
         """The model's explicit SLOs (ms), for a VA without a service class; None when not given."""

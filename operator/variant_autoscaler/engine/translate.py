@@ -289,6 +289,7 @@ def plan_variant(
         "analyzers": analyzers,
         "idle": idle,
         "default_slo": cycle.queueing.slo_for(model, namespace),
+        "slo_multiplier": cycle.queueing.multiplier_for(model, namespace),
         "kv_cache": _kv_cache(ctx.pods),
         "kv_pressure": _kv_pressure(ctx),
     }

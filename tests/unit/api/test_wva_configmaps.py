@@ -273,6 +273,23 @@ def test_queueing_model_tuning_off_names_the_entry_that_turned_it_off() -> None:
     assert parse_queueing_config(None).tuning_off("m", "ns") is None
 
 
+def test_queueing_model_infers_slos_where_an_entry_covers_the_model_without_targets() -> None:
+    cfg = parse_queueing_config(_configmap("v0.6-v0.8", "wva-queueing-model-config"))
+    # The default entry covers every model; the one with explicit targets is not inferred.
+    assert cfg.multiplier_for("other/model", "ns") == (3.0, "wva-queueing-model-config[default]")
+    assert cfg.multiplier_for("meta/llama-3.1-70b", "llm-d") is None
+    assert cfg.multiplier_for("meta/llama-3.1-70b", "elsewhere") == (
+        3.0,
+        "wva-queueing-model-config[default]",
+    )
+    override = parse_queueing_config({"default": "tuningEnabled: true", "m": "model_id: m\nsloMultiplier: 5"})
+    assert override.multiplier_for("m", "ns") == (5.0, "wva-queueing-model-config[m]")
+    assert override.multiplier_for("n", "ns") == (3.0, "wva-queueing-model-config[default]")  # WVA's k
+    # Without the ConfigMap, or with entries for other models only, nothing is inferred.
+    assert parse_queueing_config(None).multiplier_for("m", "ns") is None
+    assert parse_queueing_config({"x": "model_id: x\nsloMultiplier: 2"}).multiplier_for("m", "ns") is None
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
