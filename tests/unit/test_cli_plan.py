@@ -10,6 +10,9 @@ import pytest
 import yaml
 
 from variant_autoscaler.cli import main
+from variant_autoscaler.core.inferred_slo import infer_slo
+from variant_autoscaler.core.model import Profile
+from variant_autoscaler.core.queueing import ServiceParms
 
 DATA = Path(__file__).parent / "data" / "plan"
 LIMITED = DATA / "limited.yaml"
@@ -140,9 +143,36 @@ def test_service_class_named_explicitly(tmp_path: Path, capfd: pytest.CaptureFix
     assert "service class 'Freemium' has no entry for model 'default/default'" in decision["reason"]
 
 
+def test_the_queueing_model_configmap_gives_classless_models_their_slos(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    document = base_document()
+    document["variants"] = [dict(v, modelID="classless/model") for v in document["variants"][:1]]
+    document["queueingModel"] = {
+        "default": "sloMultiplier: 3",
+        "pinned": {"model_id": "pinned/model", "targetTTFT": 500, "targetITL": 24},
+    }
+    code, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    assert code == 0
+    (decision,) = json.loads(out)["variants"].values()
+    # The targets inferred from its current accelerator's profile (A100, batch 4, 100 in / 128 out).
+    a100 = Profile("A100", 1, 4, ServiceParms(alpha=20.58, beta=0.41, gamma=20.58, delta=0.041))
+    assert f"within {infer_slo(a100, 3.0, 100.0, 128.0).slo.describe()}" in decision["reason"]
+    # A model the ConfigMap states targets for is sized by them; without the section, by nothing.
+    document["variants"] = [dict(v, modelID="pinned/model") for v in document["variants"]]
+    _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    (decision,) = json.loads(out)["variants"].values()
+    assert "TTFT ≤ 500 ms" in decision["reason"] and "sloMultiplier" not in decision["reason"]
+    del document["queueingModel"]
+    _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    (decision,) = json.loads(out)["variants"].values()
+    assert decision["outcome"] == "invalid" and "no service class has an entry" in decision["reason"]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        ({"queueingModel": {"default": "sloMultiplier: 1"}}, "field 'queueingModel': queueingModel[default]"),
         ({"optimizer": {"saturationPolicy": "Fair"}}, "field 'optimizer.saturationPolicy'"),
         ({"optimizer": {"unlimitd": False}}, "field 'optimizer.unlimitd'"),
         ({"accelerators": None}, "field 'accelerators'"),

@@ -8,6 +8,8 @@ The file holds what the operator reads from the cluster (see docs/optimizer.md):
     serviceClasses:          # the documents of the service-classes-config ConfigMap
       - {name: Premium, priority: 1, data: [{model: default/default, slo-tpot: 24, slo-ttft: 500}]}
     capacity: {NVIDIA-A100-PCIE-80GB: 8}
+    queueingModel:           # optional: the data of wva-queueing-model-config (SLOs of classless models)
+      default: "sloMultiplier: 3"
     variants:
       - name: vllme-deployment
         namespace: llm-d-sim
@@ -29,7 +31,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from variant_autoscaler.api.configmaps import (
     parse_service_classes,
 )
 from variant_autoscaler.api.documents import load_document
+from variant_autoscaler.api.queueing_config import parse_queueing_config
 from variant_autoscaler.api.v1alpha1 import ModelProfile
 from variant_autoscaler.core.model import OptimizerConfig, Plan, SaturationPolicy
 from variant_autoscaler.errors import ConfigError
@@ -99,6 +102,7 @@ class PlanFileSection(_Strict):
     accelerators: dict[str, Any] = Field(min_length=1)
     service_classes: list[Any] | dict[str, Any] = Field(alias="serviceClasses")
     capacity: dict[str, int] = Field(default_factory=dict)
+    queueing_model: dict[str, Any] | None = Field(default=None, alias="queueingModel")
     variants: list[Any] = Field(default_factory=list)
 
 
@@ -201,6 +205,9 @@ def build_inputs(document: object) -> PlanInputs:
     for device, count in section.capacity.items():
         if count < 0:
             raise ConfigError(f"plan file: field 'capacity.{device}': must be >= 0, got {count}")
+    queueing = parse_queueing_config(section.queueing_model, name="queueingModel")
+    if queueing.problems:
+        raise ConfigError(f"plan file: field 'queueingModel': {'; '.join(queueing.problems)}")
     variants: dict[str, PlannedVariant] = {}
     invalid: dict[str, str] = {}
     for index, raw in enumerate(section.variants):
@@ -211,7 +218,13 @@ def build_inputs(document: object) -> PlanInputs:
         if isinstance(parsed, str):
             invalid[key] = parsed
         else:
-            variants[key] = parsed
+            # As the operator: the ConfigMap's SLOs for a model no class names, else its sloMultiplier.
+            namespace = parsed.key[0]
+            variants[key] = replace(
+                parsed,
+                default_slo=queueing.slo_for(parsed.model_id, namespace),
+                slo_multiplier=queueing.multiplier_for(parsed.model_id, namespace),
+            )
     request = PlanRequest(
         variants=tuple(variants.values()),
         accelerators=accelerators.accelerators,
