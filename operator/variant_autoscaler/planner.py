@@ -234,6 +234,8 @@ class PlanOutcome:
     # Limited mode: per variant the plan scales down, the replicas it gives up at once to higher-priority
     # variants the plan puts on the same device (core/policy.py rule 3e); absent where none.
     yields: Mapping[VariantKey, int] = field(default_factory=dict)
+    # Per variant the model sized, where its SLOs came from (the bracket its reason ends with).
+    slo_sources: Mapping[VariantKey, str] = field(default_factory=dict)
 
 
 class Planner(Protocol):
@@ -472,6 +474,7 @@ class OptimizerPlanner:
             ahead=frozenset(ahead),
             room=_room(inputs, keys, request, plan),
             yields=_yields(inputs, keys, request, plan),
+            slo_sources={keys[v.key]: how[keys[v.key]] for v in inputs},
         )
 
 

@@ -75,6 +75,13 @@ def test_limited_plan_respects_capacity_and_explains_itself(capfd: pytest.Captur
     assert binding["Intel-Gaudi-2-96GB"]["used"] == binding["Intel-Gaudi-2-96GB"]["capacity"] == 2
 
 
+def test_reasons_name_the_class_the_slos_came_from(capfd: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_plan(capfd, "-f", str(LIMITED), "-o", "json")
+    variants = json.loads(out)["variants"]
+    assert variants["llm-d-sim/premium-a"]["reason"].endswith("[class Premium (by modelID)]")
+    assert variants["llm-d-sim/free"]["reason"].endswith("[class Freemium (by modelID)]")
+
+
 def test_table_output(capfd: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_plan(capfd, "-f", str(LIMITED), "-o", "table")
     assert code == 0
@@ -158,11 +165,14 @@ def test_the_queueing_model_configmap_gives_classless_models_their_slos(
     # The targets inferred from its current accelerator's profile (A100, batch 4, 100 in / 128 out).
     a100 = Profile("A100", 1, 4, ServiceParms(alpha=20.58, beta=0.41, gamma=20.58, delta=0.041))
     assert f"within {infer_slo(a100, 3.0, 100.0, 128.0).slo.describe()}" in decision["reason"]
+    # As in the operator's status, the reason ends with where the SLOs came from.
+    assert "[SLOs inferred with sloMultiplier 3 (queueingModel[default]): " in decision["reason"]
     # A model the ConfigMap states targets for is sized by them; without the section, by nothing.
     document["variants"] = [dict(v, modelID="pinned/model") for v in document["variants"]]
     _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
     (decision,) = json.loads(out)["variants"].values()
     assert "TTFT ≤ 500 ms" in decision["reason"] and "sloMultiplier" not in decision["reason"]
+    assert decision["reason"].endswith("[SLOs of wva-queueing-model-config]")
     del document["queueingModel"]
     _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
     (decision,) = json.loads(out)["variants"].values()

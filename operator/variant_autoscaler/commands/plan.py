@@ -265,12 +265,25 @@ def make_plan(inputs: PlanInputs) -> tuple[Plan, dict[str, str]]:
     with _stdout_to_stderr():
         outcome: PlanOutcome = OptimizerPlanner().plan(inputs.request)
     assert outcome.plan is not None
+    # As in the operator's status, each reason ends with where the variant's SLOs came from.
+    decisions = {
+        key: replace(d, reason=f"{d.reason} [{outcome.slo_sources[_key(key)]}]")
+        if _key(key) in outcome.slo_sources
+        else d
+        for key, d in outcome.plan.decisions.items()
+    }
+    plan = replace(outcome.plan, decisions=decisions)
     invalid = dict(inputs.invalid)
     for (namespace, name), reason in outcome.failures.items():
         key = f"{namespace}/{name}"
-        if key not in outcome.plan.decisions:
+        if key not in plan.decisions:
             invalid[key] = f"invalid: {reason}"
-    return outcome.plan, invalid
+    return plan, invalid
+
+
+def _key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
 
 
 def _round(value: float) -> float:
