@@ -266,10 +266,9 @@ def make_plan(inputs: PlanInputs) -> tuple[Plan, dict[str, str]]:
         outcome: PlanOutcome = OptimizerPlanner().plan(inputs.request)
     assert outcome.plan is not None
     # As in the operator's status, each reason ends with where the variant's SLOs came from.
+    sources = {f"{namespace}/{name}": how for (namespace, name), how in outcome.slo_sources.items()}
     decisions = {
-        key: replace(d, reason=f"{d.reason} [{outcome.slo_sources[_key(key)]}]")
-        if _key(key) in outcome.slo_sources
-        else d
+        key: replace(d, reason=f"{d.reason} [{sources[key]}]") if key in sources else d
         for key, d in outcome.plan.decisions.items()
     }
     plan = replace(outcome.plan, decisions=decisions)
@@ -279,11 +278,6 @@ def make_plan(inputs: PlanInputs) -> tuple[Plan, dict[str, str]]:
         if key not in plan.decisions:
             invalid[key] = f"invalid: {reason}"
     return plan, invalid
-
-
-def _key(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name
 
 
 def _round(value: float) -> float:
