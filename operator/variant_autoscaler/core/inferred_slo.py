@@ -36,9 +36,9 @@ class InferredSLO:
     output_tokens: float
 
     def describe(self) -> str:
-        """E.g. ``TTFT ≤ 212 ms, ITL ≤ 31.4 ms: 67 % of what one A100 replica sustains``."""
+        """E.g. ``ITL ≤ 31.4 ms, TTFT ≤ 212 ms: 67 % of what one A100 replica sustains (...)``."""
         return (
-            f"TTFT ≤ {self.slo.ttft:.4g} ms, ITL ≤ {self.slo.itl:.4g} ms: "
+            f"{self.slo.describe()}: "
             f"{100.0 * self.utilisation:.0f} % of what one {self.accelerator} replica sustains "
             f"({self.input_tokens:.0f} in / {self.output_tokens:.0f} out tokens)"
         )
