@@ -109,9 +109,10 @@ class FakeKube:
             "Pod": "pods",
             "VariantAutoscaling": "variantautoscalings",
             "ScaledObject": "scaledobjects",
+            "Namespace": "namespaces",
         }[kind]
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
+        meta.setdefault("namespace", "" if kind == "Namespace" else "default")
         meta.setdefault("uid", f"uid-{meta['name']}")
         meta.setdefault("generation", 1)
         self.rv += 1

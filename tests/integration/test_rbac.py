@@ -102,6 +102,10 @@ SERVING = {
     ("", "events", ""): {"create"},
 }
 INVENTORY = {("", "nodes", ""): {"list", "watch"}, ("", "pods", ""): {"list"}}
+#: Cluster-wide only: the namespaces' wva.llmd.ai/exclude annotation.
+EXCLUSION = {("", "namespaces", ""): {"list"}}
+#: Namespace-local configuration: these ConfigMaps by name, GET only, wherever variants are served.
+LOCAL_CONFIG_MAPS = ("wva-saturation-scaling-config", "wva-model-scale-to-zero-config")
 OWN_NAMESPACE = {
     ("", "configmaps", ""): {"get", "list", "watch", "create"},
     ("coordination.k8s.io", "leases", ""): {"create"},
@@ -125,6 +129,9 @@ def _questions(install: Install) -> list[Question]:
             out.append((verb, "coordination.k8s.io", "leases", "", install.operator_ns, name))
         for name in (LEARNED_PROFILES, "someone-elses"):
             out.append((verb, "", "configmaps", "", install.operator_ns, name))
+        for ns in (install.served_ns, "kube-system"):  # namespace-local configuration: by name only
+            for name in (*LOCAL_CONFIG_MAPS, "someone-elses"):
+                out.append((verb, "", "configmaps", "", ns, name))
     return out
 
 
@@ -146,7 +153,10 @@ def _expected(
         return verb in {"get", "update"}
     if key == ("", "configmaps", "") and ns == install.operator_ns and name == LEARNED_PROFILES:
         return verb == "update"
-    if clusterwide and verb in SERVING.get(key, set()) | INVENTORY.get(key, set()):
+    if key == ("", "configmaps", "") and name in LOCAL_CONFIG_MAPS and verb == "get":
+        return clusterwide or ns == install.served_ns
+    everywhere = SERVING.get(key, set()) | INVENTORY.get(key, set()) | EXCLUSION.get(key, set())
+    if clusterwide and verb in everywhere:
         return True
     if not clusterwide and ns == install.served_ns and verb in SERVING.get(key, set()):
         return True

@@ -12,6 +12,7 @@ manifests include, are plain Deployments.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -333,4 +334,68 @@ def test_deleting_the_target_leaves_the_va_and_recreating_it_resumes_scaling(
             )
             wait_for(lambda: replicas() == 2, timeout=90, what="scaling to resume on the new target")
     finally:
+        standin.remove(ns, f"{name}-6b9f7c5d4f-k2x7q")
+
+
+def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
+    full_cluster: LocalCluster, sa_config: Path, full_namespace: str, standin: VllmStandIn, tmp_path: Path
+) -> None:
+    """WVA's namespace-local configuration and namespace exclusion, with deploy/rbac's ClusterRole: the
+    namespace's own ``wva-saturation-scaling-config`` replaces the operator namespace's for its variants;
+    annotated ``wva.llmd.ai/exclude: "true"`` its variants are left alone; the annotation gone, served."""
+    ns, name, model = full_namespace, "vllme-l4", "default/default"
+    full_cluster.apply(_deployment(ns, name))
+    va = yaml.safe_load((ROOT / "deploy/samples/variantautoscaling-final.yaml").read_text())
+    va["metadata"]["namespace"] = ns
+    va["spec"]["actuation"] = {"mode": "patch"}
+    full_cluster.apply(va)
+    # KV cache 85 % used: saturated under the global default (kvCacheThreshold 0.80), not under the
+    # namespace's own thresholds.
+    standin.pod(model, ns, f"{name}-6b9f7c5d4f-k2x7q", rpm=RPM, kv_usage=0.85)
+    local = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "wva-saturation-scaling-config", "namespace": ns},
+        "data": {"default": "kvCacheThreshold: 0.95\nkvSpareTrigger: 0.05\n"},
+    }
+    full_cluster.apply(local)
+    operator = OperatorProcess(sa_config, ns, tmp_path, env=_prometheus_env(full_cluster))
+    labels = {"variant_name": name, "namespace": ns, "accelerator_type": ""}
+
+    def replicas() -> int:
+        out = full_cluster.kubectl("get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}")
+        return int(out.stdout or 0)
+
+    try:
+        _series_ready(full_cluster, ns)
+        with running(operator):
+            # 1. The namespace's thresholds decide: the replica has spare capacity, stays at 1.
+            decided = wait_for(
+                lambda: (
+                    (v := _decided(full_cluster, ns, name)) is not None
+                    and "spare capacity" in _reason(v)
+                    and v
+                ),
+                timeout=90,
+                what="a saturation-v1 decision under the namespace's own thresholds",
+            )
+            assert _reason(decided).startswith("saturation-v1") and replicas() == 1
+            # 2. Excluded, and its ConfigMap deleted: the operator lets go of the variant (no gauge) and
+            # changes nothing, though the global thresholds would now scale it.
+            full_cluster.kubectl("annotate", "namespace", ns, "wva.llmd.ai/exclude=true", "--overwrite")
+            full_cluster.kubectl("delete", "configmap", "-n", ns, "wva-saturation-scaling-config")
+            wait_for(
+                lambda: operator.metric("wva_desired_replicas", **labels) is None,
+                timeout=60,
+                what="the excluded variant's gauge to go",
+            )
+            before = get_va(full_cluster, ns, name)["status"]
+            time.sleep(8.0)  # four cycles at GLOBAL_OPT_INTERVAL 2s
+            assert replicas() == 1 and get_va(full_cluster, ns, name)["status"] == before
+            # 3. The annotation removed: served again, now under the global thresholds (saturated: +1).
+            full_cluster.kubectl("annotate", "namespace", ns, "wva.llmd.ai/exclude-")
+            wait_for(lambda: replicas() == 2, timeout=90, what="the global thresholds to scale to 2")
+            assert "saturated" in _reason(get_va(full_cluster, ns, name))
+    finally:
+        full_cluster.kubectl("annotate", "namespace", ns, "wva.llmd.ai/exclude-", check=False)
         standin.remove(ns, f"{name}-6b9f7c5d4f-k2x7q")

@@ -240,6 +240,119 @@ async def test_v2_when_the_saturation_configmap_names_it() -> None:
     assert _desired(h, "vllme-l4") == 2
 
 
+# --- namespace-local ConfigMaps and excluded namespaces ------------------------------------------------
+
+
+def _local(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    cm = _configmap(name, data)
+    cm["metadata"]["namespace"] = namespace
+    return cm
+
+
+def _namespace(name: str, **annotations: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
+
+
+async def test_a_namespaces_own_saturation_configmap_replaces_the_global_one_there() -> None:
+    h = _harness()
+    h.add_va(_final_va(), replicas=2)
+    h.load(60.0)
+    _busy(h, "vllme-l4", 2, kv=0.85)  # saturated under the global default (kvCacheThreshold 0.80)
+    lenient = {"default": "kvCacheThreshold: 0.95\nkvSpareTrigger: 0.05"}
+    # Another namespace's ConfigMap changes nothing here; the operator namespace's is the global one.
+    h.kube.put(_local("wva-saturation-scaling-config", "other-team", lenient))
+    await h.engine.run_cycle()
+    assert _desired(h, "vllme-l4") == 3
+    # The variant's own namespace holds one: it replaces the global one for its variants.
+    h.kube.put(_local("wva-saturation-scaling-config", NS, lenient))
+    await h.engine.run_cycle()
+    assert _desired(h, "vllme-l4") == 2
+    assert _reason(h, "vllme-l4").startswith("saturation-v1")
+    # One whose entries all fail to parse does not count (the global one applies), and says why once.
+    h.kube.put(_local("wva-saturation-scaling-config", NS, {"default": "kvCacheThreshold: 7"}))
+    await h.engine.run_cycle()
+    assert _desired(h, "vllme-l4") == 3
+    # Deleted: the global one again.
+    h.kube.put(_local("wva-saturation-scaling-config", NS, lenient))
+    await h.engine.run_cycle()
+    assert _desired(h, "vllme-l4") == 2
+    del h.kube.objects[("configmaps", NS, "wva-saturation-scaling-config")]
+    await h.engine.run_cycle()
+    assert _desired(h, "vllme-l4") == 3
+
+
+async def test_a_namespaces_own_scale_to_zero_configmap_applies_to_its_models() -> None:
+    h = _harness(DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s")
+    h.add_va(_final_va(minReplicas=0), replicas=1)
+    h.load(0.0)
+    _busy(h, "vllme-l4", 1, kv=0.0)
+    h.prom.set_requests(MODEL, NS, 0.0)
+    before = h.prom.queries
+    await h.engine.run_cycle()  # scale to zero is off globally: no idle query, stays at 1
+    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
+    assert h.replicas("vllme-l4") == 1
+    zero = {"default": "enable_scale_to_zero: true\nretention_period: 5m"}
+    h.kube.put(_local("wva-model-scale-to-zero-config", NS, zero))
+    await h.engine.run_cycle()
+    assert h.replicas("vllme-l4") == 0
+    assert _reason(h, "vllme-l4").startswith("scale-to-zero: no request succeeded in the last 300s")
+
+
+async def test_a_namespace_annotated_exclude_is_left_alone_until_the_annotation_goes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = _harness(DEFAULT_ACTUATION_MODE="patch")
+    h.kube.put(_namespace(NS, **{"wva.llmd.ai/exclude": "true"}))
+    h.add_va(_final_va(), replicas=2)
+    h.kube.put(deployment("vllme-deployment", NS, replicas=1))
+    h.kube.put(_annotated_hpa())
+    h.load(60.0)
+    _busy(h, "vllme-l4", 2, kv=0.85)
+    with caplog.at_level(logging.INFO):
+        report = await h.engine.run_cycle()
+    assert report.variants == 0
+    assert _status(h, "vllme-l4") == {} and h.replicas("vllme-l4") == 2
+    assert h.kube.events() == [] and not any(n == "wva_desired_replicas" for n, _ in h.gauges())
+    # Its ConfigMaps are not read either.
+    assert h.kube.writes("GET", f"/namespaces/{NS}/configmaps/") == 0
+    assert any("annotated wva.llmd.ai/exclude=true" in r.getMessage() for r in caplog.records)
+    # A value other than "true" excludes nothing (WVA's comparison).
+    h.kube.put(_namespace(NS, **{"wva.llmd.ai/exclude": "false"}))
+    report = await h.engine.run_cycle()
+    assert report.variants == 2 and "desiredOptimizedAlloc" in _status(h, "vllme-l4")
+    assert any(n == "wva_desired_replicas" for n, _ in h.gauges())
+
+
+async def test_exclusion_survives_a_failed_namespace_list_and_a_refused_one_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = _harness()
+    h.kube.put(_namespace(NS, **{"wva.llmd.ai/exclude": "true"}))
+    h.add_va(_final_va(), replicas=2)
+    h.load(60.0)
+    assert (await h.engine.run_cycle()).variants == 0
+    h.kube.absent.add("namespaces")  # the list fails: the namespace stays excluded
+    assert (await h.engine.run_cycle()).variants == 0
+    h.kube.absent.clear()
+    h.kube.forbid.add("namespaces")  # an install whose RBAC predates the rule: said once, never fatal
+    with caplog.at_level(logging.WARNING):
+        await h.engine.run_cycle()
+        await h.engine.run_cycle()
+    refused = [r for r in caplog.records if "HTTP 403" in r.getMessage()]
+    assert len(refused) == 1 and "grant list on namespaces" in refused[0].getMessage()
+
+
+async def test_a_namespaced_operator_serves_its_namespaces_whatever_their_annotation() -> None:
+    h = _harness(_settings(namespaces=[NS]))
+    h.kube.put(_namespace(NS, **{"wva.llmd.ai/exclude": "true"}))
+    h.add_va(_final_va(), replicas=2)
+    h.load(60.0)
+    _busy(h, "vllme-l4", 2, kv=0.85)
+    assert (await h.engine.run_cycle()).variants == 1
+    assert _desired(h, "vllme-l4") == 3
+    assert ("GET", "/api/v1/namespaces") not in h.kube.requests  # no list of namespaces at all
+
+
 # --- annotated HPAs and ScaledObjects ---------------------------------------------------------------------
 
 
@@ -450,7 +563,12 @@ async def test_every_generation_of_sample_reaches_a_decision_with_a_fixed_query_
     report = await h.engine.run_cycle()
     assert report.variants == 15
     assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
-    assert h.kube.writes("GET", "/configmaps") == 1 * h.engine.cycles_completed  # one LIST per cycle
+    # One LIST of the operator namespace's ConfigMaps, and two GETs (its own saturation and scale-to-zero
+    # ConfigMaps) for the one namespace holding the 15 variants.
+    assert h.engine.cycles_completed == 1
+    assert h.kube.writes("GET", f"/namespaces/{h.settings.operator_namespace}/configmaps") == 1
+    assert h.kube.writes("GET", f"/namespaces/{NS}/configmaps/") == 2
+    assert h.kube.writes("GET", "/configmaps") == 3
 
 
 async def test_an_annotated_object_exporting_under_a_vas_name_is_refused_not_duplicated() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,6 +29,14 @@ SHORT_NAME = "va"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 #: Only the controller started with ``CONTROLLER_INSTANCE`` equal to this label's value manages the VA.
 CONTROLLER_INSTANCE_LABEL = "wva.llmd.ai/controller-instance"
+#: A namespace annotated with this set to ``"true"`` is left alone by a cluster-wide operator: its
+#: variants are neither planned nor acted on, its namespace-local ConfigMaps not read (WVA's rule; a
+#: namespaced install serves the namespaces it is given whatever their annotations, as WVA's
+#: ``--watch-namespace`` does).
+NAMESPACE_EXCLUDE_ANNOTATION = "wva.llmd.ai/exclude"
+#: WVA's opt-in for namespace-local ConfigMaps in a namespace without variants yet. Not needed here: the
+#: ConfigMaps of every namespace holding variants are read afresh each cycle (docs/migrating-from-wva.md).
+NAMESPACE_CONFIG_ENABLED_LABEL = "wva.llmd.ai/config-enabled"
 
 # Bounds (issue 22): every number fits an int32, with room to add a few of them; every string and list is
 # bounded. Replicas: far above any cluster, far below 2**31 / 3 (three variants' sum stays an int32).
@@ -481,6 +489,12 @@ class VariantAutoscaling(_Model):
         without an instance, every VA (WVA's rule, backwards compatible); with one, only the VAs labelled
         ``wva.llmd.ai/controller-instance`` with that value."""
         return labels_select_instance(self.metadata.labels, controller_instance)
+
+
+def namespace_excluded(namespace: Mapping[str, Any]) -> bool:
+    """Whether a Namespace object carries ``wva.llmd.ai/exclude: "true"`` (exactly, as WVA compares)."""
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(NAMESPACE_EXCLUDE_ANNOTATION) == "true"
 
 
 def labels_select_instance(labels: Mapping[str, str] | None, controller_instance: str | None) -> bool:

@@ -9,7 +9,8 @@ runtime keeps the VariantAutoscalings in an informer of its own
 A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantAutoscaling is created,
 changed or deleted, one of the ConfigMaps changes, or the GPU inventory changes. Only the leader runs
 cycles. Per cycle, whatever the number of variants: one list of the operator namespace's ConfigMaps
-(:mod:`.configs`), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
+(:mod:`.configs`) and, cluster-wide, one of the namespaces (``wva.llmd.ai/exclude``), two GETs per
+namespace holding variants (its own saturation and scale-to-zero ConfigMaps), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
 :mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator),
 fixed sets of PromQL queries (the load; the profile learning's pod windows, :mod:`.learning`), one plan
 for all variants, and then for each variant at most one scale patch and one status write (with its
@@ -18,7 +19,8 @@ changes; at most one write of the annotated objects' learned profiles (one Confi
 cycles, a fast loop scales variants from zero (:mod:`.zero`).
 
 With ``CONTROLLER_INSTANCE`` set, only the VAs (and annotated objects) labelled
-``wva.llmd.ai/controller-instance`` with its value are managed; unset, every one.
+``wva.llmd.ai/controller-instance`` with its value are managed; unset, every one. A cluster-wide
+operator leaves alone every variant of a namespace annotated ``wva.llmd.ai/exclude: "true"``.
 
 Everything a cycle needs from the past lives in the VariantAutoscaling status (the last decision, the
 recommendations of the stabilisation window, the last scale time, the last time metrics were good, the
@@ -385,14 +387,22 @@ class Engine:
         config_error = cycle.error
 
         # 2. The variants: the VAs from the index (those this controller instance manages), and the
-        # annotated objects.
-        contexts = [c for c in (self.specs.context(body) for body in self._vas()) if self._managed(c)]
+        # annotated objects; none in a namespace annotated wva.llmd.ai/exclude (left alone). Then the
+        # ConfigMaps of their own namespaces (namespace-local configuration).
+        contexts = [
+            c
+            for c in (self.specs.context(body) for body in self._vas())
+            if self._managed(c) and c.key[0] not in cycle.excluded
+        ]
         annotated, refused = self.annotated.contexts(
             listed, taken={(c.key[0], c.metrics_name) for c in contexts}
         )
+        annotated = [c for c in annotated if c.key[0] not in cycle.excluded]
         for obj, message in refused:
-            await self._refuse(obj, message, started_wall)
+            if (obj.get("metadata") or {}).get("namespace") not in cycle.excluded:
+                await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
+        cycle = await self.configs.read_local(cycle, {c.key[0] for c in everything})
 
         # 3. Scale targets and the metrics (fixed query sets for everything: the model's load, the
         # profile learning's pod windows): independent reads, made at the same time.
@@ -534,7 +544,8 @@ class Engine:
                 groups.setdefault((ctx.key[0], ctx.model_id), []).append(ctx)
         for (namespace, model), members in groups.items():
             only_annotated = all(c.annotated is not None for c in members)
-            analyzers = cycle.saturation.for_model(model, namespace, annotated=only_annotated).analyzers
+            saturation = cycle.saturation_for(namespace)
+            analyzers = saturation.for_model(model, namespace, annotated=only_annotated).analyzers
             retention = cycle.zero_for(model, namespace).retention_seconds
             for ctx in members:
                 plan_variant(

@@ -219,6 +219,12 @@ class KubeClient:
     async def list_configmaps(self, namespace: str) -> list[JSON]:
         return await self._list(f"/api/v1/namespaces/{ns_part(namespace)}/configmaps")
 
+    # --- namespaces ---------------------------------------------------------------------------------
+
+    async def list_namespaces(self) -> list[JSON]:
+        """Every namespace (cluster-scoped; read for WVA's ``wva.llmd.ai/exclude`` annotation)."""
+        return await self._list("/api/v1/namespaces")
+
     # --- scale targets ------------------------------------------------------------------------------
 
     async def list_deployments(self, namespace: str | None) -> list[JSON]:
