@@ -95,6 +95,8 @@ class FakeKube:
         self.before_scale_patch: list[Callable[[dict[str, Any]], None]] = []
         self.before_json_patch: list[Callable[[dict[str, Any]], None]] = []
         self.forbid: set[str] = set()
+        # (plural, name): refused by name only (RBAC with resourceNames), in every namespace.
+        self.forbid_names: set[tuple[str, str]] = set()
 
     # --- helpers for tests --------------------------------------------------------------------------
 
@@ -154,7 +156,7 @@ class FakeKube:
         plural, ns, name, sub = match["plural"], match["ns"], match["name"], match["sub"]
         if plural in self.absent:
             return _status(404, f"the server could not find the requested resource ({plural})")
-        if plural in self.forbid:
+        if plural in self.forbid or (plural, name) in self.forbid_names:
             return _status(403, f"{plural} is forbidden")
         if request.url.params.get("watch") == "true":
             return httpx.Response(200, content=b"")

@@ -348,6 +348,9 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
     va = yaml.safe_load((ROOT / "deploy/samples/variantautoscaling-final.yaml").read_text())
     va["metadata"]["namespace"] = ns
     va["spec"]["actuation"] = {"mode": "patch"}
+    # The operator runs cluster-wide (a namespaced one serves its namespaces whatever their annotation);
+    # its controller instance confines it to this VA on the shared cluster.
+    va["metadata"].setdefault("labels", {})["wva.llmd.ai/controller-instance"] = "namespaces-test"
     full_cluster.apply(va)
     # KV cache 85 % used: saturated under the global default (kvCacheThreshold 0.80), not under the
     # namespace's own thresholds.
@@ -359,8 +362,8 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
         "data": {"default": "kvCacheThreshold: 0.95\nkvSpareTrigger: 0.05\n"},
     }
     full_cluster.apply(local)
-    operator = OperatorProcess(sa_config, ns, tmp_path, env=_prometheus_env(full_cluster))
-    labels = {"variant_name": name, "namespace": ns, "accelerator_type": ""}
+    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "namespaces-test"}
+    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
 
     def replicas() -> int:
         out = full_cluster.kubectl("get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}")
@@ -380,15 +383,17 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
                 what="a saturation-v1 decision under the namespace's own thresholds",
             )
             assert _reason(decided).startswith("saturation-v1") and replicas() == 1
-            # 2. Excluded, and its ConfigMap deleted: the operator lets go of the variant (no gauge) and
-            # changes nothing, though the global thresholds would now scale it.
+            assert operator.metric("variant_autoscaler_variants") == 1.0
+            # 2. Excluded, and its ConfigMap deleted: the operator lets go of the variant (it counts no
+            # variant) and changes nothing, though the global thresholds would now scale it.
             full_cluster.kubectl("annotate", "namespace", ns, "wva.llmd.ai/exclude=true", "--overwrite")
-            full_cluster.kubectl("delete", "configmap", "-n", ns, "wva-saturation-scaling-config")
             wait_for(
-                lambda: operator.metric("wva_desired_replicas", **labels) is None,
+                lambda: operator.metric("variant_autoscaler_variants") == 0.0,
                 timeout=60,
-                what="the excluded variant's gauge to go",
+                what="the operator to let go of the excluded variant",
             )
+            # (Deleted only now: a cycle that began before the annotation would still serve the variant.)
+            full_cluster.kubectl("delete", "configmap", "-n", ns, "wva-saturation-scaling-config")
             before = get_va(full_cluster, ns, name)["status"]
             time.sleep(8.0)  # four cycles at GLOBAL_OPT_INTERVAL 2s
             assert replicas() == 1 and get_va(full_cluster, ns, name)["status"] == before

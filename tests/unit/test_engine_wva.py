@@ -281,6 +281,25 @@ async def test_a_namespaces_own_saturation_configmap_replaces_the_global_one_the
     assert _desired(h, "vllme-l4") == 3
 
 
+async def test_a_namespace_local_configmap_the_operator_may_not_read_is_said_once_and_reads_as_absent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = _harness()
+    h.add_va(_final_va(), replicas=2)
+    h.load(60.0)
+    _busy(h, "vllme-l4", 2, kv=0.85)
+    lenient = {"default": "kvCacheThreshold: 0.95\nkvSpareTrigger: 0.05"}
+    h.kube.put(_local("wva-saturation-scaling-config", NS, lenient))
+    h.kube.forbid_names.add(("configmaps", "wva-saturation-scaling-config"))
+    with caplog.at_level(logging.WARNING):
+        await h.engine.run_cycle()
+        assert _desired(h, "vllme-l4") == 3  # the global thresholds
+        await h.engine.run_cycle()
+    refused = [r.getMessage() for r in caplog.records if "HTTP 403" in r.getMessage()]
+    assert len(refused) == 1 and f"{NS}/wva-saturation-scaling-config" in refused[0]
+    assert "grant get on these ConfigMaps" in refused[0]
+
+
 async def test_a_namespaces_own_scale_to_zero_configmap_applies_to_its_models() -> None:
     h = _harness(DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s")
     h.add_va(_final_va(minReplicas=0), replicas=1)
