@@ -10,8 +10,9 @@ A cycle runs every ``GLOBAL_OPT_INTERVAL`` and, debounced, soon after a VariantA
 changed or deleted, one of the ConfigMaps changes, or the GPU inventory changes. Only the leader runs
 cycles. Per cycle, whatever the number of variants: one list of the operator namespace's ConfigMaps
 (:mod:`.configs`) and, cluster-wide, one of the namespaces (``wva.llmd.ai/exclude``), two GETs per
-namespace holding variants (its own saturation and scale-to-zero ConfigMaps), one list of HPAs and one of KEDA ScaledObjects (annotated ones are variants too,
-:mod:`.annotated`), one list of scale targets per namespace (one in all for a cluster-wide operator),
+namespace holding variants (its own saturation and scale-to-zero ConfigMaps), one list of HPAs and one
+of KEDA ScaledObjects (annotated ones are variants too, :mod:`.annotated`), one list of scale targets
+per namespace (one in all for a cluster-wide operator),
 fixed sets of PromQL queries (the load; the profile learning's pod windows, :mod:`.learning`), one plan
 for all variants, and then for each variant at most one scale patch and one status write (with its
 resourceVersion, retried on 409 with a fresh read), plus Events when a decision or the profile source
