@@ -335,11 +335,17 @@ async def test_a_namespace_annotated_exclude_is_left_alone_until_the_annotation_
     # Its ConfigMaps are not read either.
     assert h.kube.writes("GET", f"/namespaces/{NS}/configmaps/") == 0
     assert any("annotated wva.llmd.ai/exclude=true" in r.getMessage() for r in caplog.records)
+    # An annotated object that cannot be planned is not refused there either...
+    h.kube.put(_annotated_hpa("broken-hpa", "vllme-deployment", **{"llm-d.ai/variant-cost": "cheap"}))
+    assert (await h.engine.run_cycle()).variants == 0 and h.kube.events() == []
     # A value other than "true" excludes nothing (WVA's comparison).
     h.kube.put(_namespace(NS, **{"wva.llmd.ai/exclude": "false"}))
     report = await h.engine.run_cycle()
     assert report.variants == 2 and "desiredOptimizedAlloc" in _status(h, "vllme-l4")
     assert any(n == "wva_desired_replicas" for n, _ in h.gauges())
+    # ... until the namespace is served again: then it is.
+    refusals = [e for e in h.kube.events() if e["reason"] == "InvalidAnnotations"]
+    assert [e["involvedObject"]["name"] for e in refusals] == ["broken-hpa"]
 
 
 async def test_exclusion_survives_a_failed_namespace_list_and_a_refused_one_is_said_once(

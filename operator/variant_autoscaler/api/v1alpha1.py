@@ -34,9 +34,6 @@ CONTROLLER_INSTANCE_LABEL = "wva.llmd.ai/controller-instance"
 #: namespaced install serves the namespaces it is given whatever their annotations, as WVA's
 #: ``--watch-namespace`` does).
 NAMESPACE_EXCLUDE_ANNOTATION = "wva.llmd.ai/exclude"
-#: WVA's opt-in for namespace-local ConfigMaps in a namespace without variants yet. Not needed here: the
-#: ConfigMaps of every namespace holding variants are read afresh each cycle (docs/migrating-from-wva.md).
-NAMESPACE_CONFIG_ENABLED_LABEL = "wva.llmd.ai/config-enabled"
 
 # Bounds (issue 22): every number fits an int32, with room to add a few of them; every string and list is
 # bounded. Replicas: far above any cluster, far below 2**31 / 3 (three variants' sum stays an int32).

@@ -95,7 +95,10 @@ class AnnotatedSource:
         return out
 
     def contexts(
-        self, listed: Listed, taken: set[tuple[str, str]] | None = None
+        self,
+        listed: Listed,
+        taken: set[tuple[str, str]] | None = None,
+        excluded: frozenset[str] = frozenset(),
     ) -> tuple[list[VariantContext], list[tuple[JSON, str]]]:
         """The managed objects as variants, and the managed ones that cannot be planned (with why, once
         per distinct message). Memory of objects gone is dropped.
@@ -103,14 +106,17 @@ class AnnotatedSource:
         ``taken``: the ``(namespace, variant_name)`` of the VAs' series. An annotated object exports its
         decision under its target's name; a second variant under the same name (a VA named like the
         target, or a second annotated object for it) would make the scrape fail as a whole, so it is
-        refused."""
+        refused.
+
+        ``excluded``: namespaces annotated ``wva.llmd.ai/exclude``; their objects are passed over as if
+        not listed (no variant, no refusal: that comes once the namespace is served again)."""
         found: list[VariantContext] = []
         refused: list[tuple[JSON, str]] = []
         seen: set[str] = set()
         names = set(taken or ())
         for obj in (*listed.hpas, *listed.scaled_objects):
             meta = obj.get("metadata") or {}
-            if meta.get("deletionTimestamp"):
+            if meta.get("deletionTimestamp") or meta.get("namespace") in excluded:
                 continue
             uid = str(meta.get("uid") or f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}")
             try:

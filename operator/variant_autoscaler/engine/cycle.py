@@ -396,12 +396,10 @@ class Engine:
             if self._managed(c) and c.key[0] not in cycle.excluded
         ]
         annotated, refused = self.annotated.contexts(
-            listed, taken={(c.key[0], c.metrics_name) for c in contexts}
+            listed, taken={(c.key[0], c.metrics_name) for c in contexts}, excluded=cycle.excluded
         )
-        annotated = [c for c in annotated if c.key[0] not in cycle.excluded]
         for obj, message in refused:
-            if (obj.get("metadata") or {}).get("namespace") not in cycle.excluded:
-                await self._refuse(obj, message, started_wall)
+            await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
         cycle = await self.configs.read_local(cycle, {c.key[0] for c in everything})
 
