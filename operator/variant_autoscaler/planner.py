@@ -53,7 +53,9 @@ from variant_autoscaler.core.sizing import (
     AnalyzerLike,
     IdleInput,
     SaturationInput,
+    ScaleUp,
     SizingMember,
+    limit_scale_ups,
     size_group,
 )
 from variant_autoscaler.core.workload import Workload
@@ -141,6 +143,10 @@ class PlannedVariant:
     * ``kept_replicas``: the current replicas that the scale-down stabilisation keeps running whatever
       the plan says (0: none, or no stabilisation); a pool's plan pays only for replicas beyond them
       (:attr:`~variant_autoscaler.core.model.VariantInput.kept_replicas`).
+    * ``gpus``: its accelerator and the GPUs one replica requests (its pod template), for a variant sized
+      by saturation; None: unknown. In limited mode (WVA's ``enableLimiter``) the GPUs its replicas hold
+      are kept out of the model's plan, and its scale-ups get only the GPUs that plan leaves free
+      (:func:`~variant_autoscaler.core.sizing.limit_scale_ups`).
     """
 
     key: VariantKey
@@ -166,6 +172,7 @@ class PlannedVariant:
     kv_cache: KVCache | None = None
     kv_pressure: bool = False
     kept_replicas: int = 0
+    gpus: tuple[str, int] | None = None
 
     @property
     def held(self) -> bool:
@@ -433,8 +440,17 @@ class OptimizerPlanner:
             keys[variant.key] = v.key
             if capped is not None:
                 kv_notes[v.key] = capped
+        # In limited mode the GPUs that saturation-sized variants hold now are not the model's plan's to
+        # give (its own variants and theirs share the inventory; WVA's limiter counted them as used).
+        reserved = _saturation_gpus(request, no_slo)
+        milp = request
+        if request.capacity is not None and reserved:
+            milp = replace(
+                request,
+                capacity={d: max(0, n - reserved.get(d, 0)) for d, n in request.capacity.items()},
+            )
         plan = optimize(
-            inputs, request.accelerators, request.optimizer, request.capacity, clock=time.perf_counter
+            inputs, request.accelerators, request.optimizer, milp.capacity, clock=time.perf_counter
         )
         decisions: dict[VariantKey, VariantPlan] = {}
         for variant in inputs:
@@ -462,6 +478,7 @@ class OptimizerPlanner:
         if any(d.outcome is Outcome.INFEASIBLE for d in plan.decisions.values()):
             status = f"{status}, some infeasible"
         by_saturation = _with_saturation(request, decisions, failures, no_slo)
+        _limit_saturation(milp, decisions, no_slo, plan.usage)
         if by_saturation and not inputs:
             status = "saturation"
         return PlanOutcome(
@@ -472,8 +489,8 @@ class OptimizerPlanner:
             unit_costs={name: acc.cost for name, acc in request.accelerators.items()},
             plan=plan,
             ahead=frozenset(ahead),
-            room=_room(inputs, keys, request, plan),
-            yields=_yields(inputs, keys, request, plan),
+            room=_room(inputs, keys, milp, plan),
+            yields=_yields(inputs, keys, milp, plan),
             slo_sources={keys[v.key]: how[keys[v.key]] for v in inputs},
         )
 
@@ -577,6 +594,71 @@ def _with_saturation(
             why = failures.get(v.key) if v.key in no_slo else None
             _apply(v, decision, decisions, failures, request.accelerators, why_not_model=why)
     return sized
+
+
+def _by_saturation(v: PlannedVariant, no_slo: set[VariantKey]) -> bool:
+    return not v.sized_by_model or v.key in no_slo
+
+
+def _saturation_device(v: PlannedVariant, request: PlanRequest) -> tuple[str, int] | None:
+    """The device type and GPUs per replica of a variant sized by saturation (None: unknown)."""
+    if v.gpus is None:
+        return None
+    acc = request.accelerators.get(v.gpus[0])
+    if acc is None or v.gpus[1] <= 0:
+        return None
+    return acc.device, v.gpus[1]
+
+
+def _saturation_gpus(request: PlanRequest, no_slo: set[VariantKey]) -> dict[str, int]:
+    """GPUs per device type held now by the variants saturation sizes (limited mode; else none)."""
+    held: dict[str, int] = {}
+    if request.capacity is None:
+        return held
+    for v in request.variants:
+        on = _saturation_device(v, request)
+        if on is not None and _by_saturation(v, no_slo):
+            held[on[0]] = held.get(on[0], 0) + on[1] * v.current_replicas
+    return held
+
+
+def _limit_saturation(
+    request: PlanRequest,
+    decisions: dict[VariantKey, VariantPlan],
+    no_slo: set[VariantKey],
+    usage: Mapping[str, int],
+) -> None:
+    """WVA's GPU limiter on the variants saturation sized (in place; limited mode only): their scale-ups
+    share the GPUs the model's plan left free (``request.capacity``: the inventory without the GPUs they
+    hold now; ``usage``: the plan's), the most saturated first."""
+    if request.capacity is None:
+        return
+    asks: list[ScaleUp] = []
+    members: dict[str, PlannedVariant] = {}
+    for v in request.variants:
+        on = _saturation_device(v, request)
+        d = decisions.get(v.key)
+        if on is None or d is None or not _by_saturation(v, no_slo) or d.replicas <= v.current_replicas:
+            continue
+        metrics = v.saturation.metrics if v.saturation is not None else ()
+        spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 1.0
+        asks.append(ScaleUp(_name(v.key), on[0], on[1], v.current_replicas, d.replicas, spare))
+        members[_name(v.key)] = v
+    free = {device: n - usage.get(device, 0) for device, n in request.capacity.items()}
+    for name, replicas in limit_scale_ups(asks, free).items():
+        v = members[name]
+        d = decisions[v.key]
+        device, units = _saturation_device(v, request) or ("", 0)
+        decisions[v.key] = replace(
+            d,
+            replicas=replicas,
+            cost=replicas * v.replica_cost(request.accelerators),
+            reason=(
+                f"{d.reason}; limited by the GPU inventory to {replicas} (asked {d.replicas}): "
+                f"{max(free.get(device, 0), 0)} {device} free beside the plan, {units} per replica, "
+                "the more saturated variants first"
+            ),
+        )
 
 
 def _name(key: VariantKey) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.settings import Settings
@@ -238,6 +239,32 @@ async def test_v2_when_the_saturation_configmap_names_it() -> None:
     await h.engine.run_cycle()
     assert _reason(h, "vllme-l4").startswith("saturation-v2")
     assert _desired(h, "vllme-l4") == 2
+
+
+async def test_wvas_limiter_bounds_a_saturation_scale_up_by_the_gpus_the_nodes_have() -> None:
+    # enableLimiter as WVA users set it; the variant's Deployment asks two GPUs per replica on A100s.
+    for gpus, expected in ((4, 2), (6, 3)):
+        h = _harness()
+        h.kube.put(_configmap("wva-saturation-scaling-config", {"default": "enableLimiter: true"}))
+        va = _final_va()
+        va["metadata"]["labels"] = {"inference.optimization/acceleratorName": "A100"}
+        h.add_va(va, replicas=2)
+        container = h.kube.get("deployments", NS, "vllme-l4")["spec"]["template"]["spec"]["containers"][0]
+        container["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+        node = {
+            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        h.engine._nodes = lambda node=node: [node_gpus(node)]
+        h.load(60.0)
+        _busy(h, "vllme-l4", 2, kv=0.95)
+        await h.engine.run_cycle()
+        assert _desired(h, "vllme-l4") == expected, _reason(h, "vllme-l4")
+        limited = "limited by the GPU inventory to 2 (asked 3)" in _reason(h, "vllme-l4")
+        assert limited is (expected == 2)
 
 
 # --- namespace-local ConfigMaps and excluded namespaces ------------------------------------------------

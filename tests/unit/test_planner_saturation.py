@@ -12,7 +12,7 @@ from variant_autoscaler.api.configmaps import ServiceClasses
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.core.inferred_slo import infer_slo
-from variant_autoscaler.core.model import ModelTarget
+from variant_autoscaler.core.model import ModelTarget, SaturationPolicy
 from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize
 from variant_autoscaler.core.saturation import V1, V2, ReplicaMetrics
 from variant_autoscaler.core.sizing import IdleInput, SaturationInput, SizingMember, size_group
@@ -227,3 +227,54 @@ def test_no_floor_in_limited_mode() -> None:
     limited = replace(limited, optimizer=replace(limited.optimizer, unlimited=False))
     decision = OptimizerPlanner().plan(limited).decisions[(NS, "a")]
     assert decision.replicas == 1 and decision.decided_by == "optimizer"
+
+
+A100 = "NVIDIA-A100-PCIE-80GB"
+
+
+def _limited(*variants: PlannedVariant, gpus: int) -> PlanRequest:
+    request = replace(_request(*variants), capacity={A100: gpus})
+    return replace(request, optimizer=replace(request.optimizer, unlimited=False))
+
+
+def _saturated(name: str, model: str, kv: float, *, replicas: int = 1) -> PlannedVariant:
+    # A profile-less variant of its own model, two A100s per replica (its pod template's request).
+    return replace(_bare(name, replicas, _hot(replicas, kv=kv)), model_id=model, gpus=("A100", 2))
+
+
+def test_wvas_limiter_gives_saturations_scale_ups_the_gpus_left_most_saturated_first() -> None:
+    hot, warm = _saturated("hot", "m/hot", 0.97), _saturated("warm", "m/warm", 0.9)
+    # 10 GPUs: 4 held by the two replicas, 6 free: both scale-ups fit.
+    roomy = OptimizerPlanner().plan(_limited(hot, warm, gpus=10)).decisions
+    assert (roomy[(NS, "hot")].replicas, roomy[(NS, "warm")].replicas) == (2, 2)
+    assert "limited by the GPU inventory" not in roomy[(NS, "warm")].reason
+    # 7 GPUs: 3 free, one replica of two GPUs: the more saturated variant gets it.
+    tight = OptimizerPlanner().plan(_limited(warm, hot, gpus=7)).decisions
+    assert (tight[(NS, "hot")].replicas, tight[(NS, "warm")].replicas) == (2, 1)
+    why = tight[(NS, "warm")]
+    assert "limited by the GPU inventory to 1 (asked 2)" in why.reason and why.cost == 10.0
+    assert why.decided_by == "saturation-v1"
+    # Nothing free: neither grows, and nothing is taken from running replicas.
+    full = OptimizerPlanner().plan(_limited(hot, warm, gpus=4)).decisions
+    assert (full[(NS, "hot")].replicas, full[(NS, "warm")].replicas) == (1, 1)
+
+
+def test_the_limiter_leaves_unknown_gpus_and_unlimited_mode_alone() -> None:
+    unknown = replace(_saturated("a", "m/a", 0.97), gpus=None)
+    assert OptimizerPlanner().plan(_limited(unknown, gpus=0)).decisions[(NS, "a")].replicas == 2
+    unlimited = _request(_saturated("a", "m/a", 0.97))
+    assert OptimizerPlanner().plan(unlimited).decisions[(NS, "a")].replicas == 2
+
+
+def test_the_gpus_saturation_variants_hold_are_not_the_model_plans_to_give() -> None:
+    busy = _sample("model", 6000.0, None)
+    exhaustive = SaturationPolicy.PRIORITY_EXHAUSTIVE  # partial allocations, to see the bound
+    request = _limited(busy, gpus=8)
+    request = replace(request, optimizer=replace(request.optimizer, saturation_policy=exhaustive))
+    alone = OptimizerPlanner().plan(request).decisions[(NS, "model")]
+    assert alone.replicas == 8  # the load wants more than the inventory: all of it
+    held = _saturated("sat", "m/sat", 0.5, replicas=3)
+    beside = OptimizerPlanner().plan(replace(request, variants=(*request.variants, held))).decisions
+    # Three replicas of two GPUs each are held by the saturation-sized variant: two A100s are left.
+    assert beside[(NS, "model")].replicas == 2
+    assert beside[(NS, "sat")].replicas == 3

@@ -456,8 +456,7 @@ class VariantAutoscaling(_Model):
     @property
     def accelerator_label(self) -> str | None:
         """WVA's accelerator label (``inference.optimization/acceleratorName``), if set and non-empty."""
-        value = self.metadata.labels.get(ACCELERATOR_LABEL, "").strip()
-        return value or None
+        return accelerator_of(self.metadata.labels)
 
     @property
     def target(self) -> ScaleTargetRef:
@@ -486,6 +485,13 @@ class VariantAutoscaling(_Model):
         without an instance, every VA (WVA's rule, backwards compatible); with one, only the VAs labelled
         ``wva.llmd.ai/controller-instance`` with that value."""
         return labels_select_instance(self.metadata.labels, controller_instance)
+
+
+def accelerator_of(labels: Mapping[str, Any] | None) -> str | None:
+    """WVA's accelerator label (``inference.optimization/acceleratorName``) among an object's labels, if
+    set and non-empty (a VariantAutoscaling's, or an annotated HPA's or ScaledObject's)."""
+    value = str((labels or {}).get(ACCELERATOR_LABEL) or "").strip()
+    return value or None
 
 
 def namespace_excluded(namespace: Mapping[str, Any]) -> bool:

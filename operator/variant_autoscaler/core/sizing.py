@@ -44,7 +44,9 @@ __all__ = [
     "AnalyzerLike",
     "IdleInput",
     "SaturationInput",
+    "ScaleUp",
     "SizingMember",
+    "limit_scale_ups",
     "size_group",
 ]
 
@@ -188,3 +190,40 @@ def size_group(
             decision = sat  # decided_by "none" without fresh metrics: the caller holds it
         out[m.key] = decision
     return out
+
+
+# --- WVA's GPU limiter over saturation's scale-ups ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """A variant sized by saturation that asks for more replicas: ``target`` where it runs ``current``,
+    each replica holding ``units`` GPUs of ``device``; ``spare`` is its replicas' mean spare KV cache
+    (0 to 1: the smaller, the more saturated)."""
+
+    key: str
+    device: str
+    units: int
+    current: int
+    target: int
+    spare: float
+
+
+def limit_scale_ups(asks: Sequence[ScaleUp], free: Mapping[str, int]) -> dict[str, int]:
+    """WVA's GPU limiter (``enableLimiter``): the scale-ups that the GPUs ``free`` per device type cannot
+    all serve, granted greedily, the most saturated variant first (least spare KV cache; then by key),
+    each as far as its device's GPUs go (a partial grant); nothing is taken from running replicas. Returns
+    the replicas of every variant granted less than it asked for (the others keep their target)."""
+    left = {device: max(units, 0) for device, units in free.items()}
+    limited: dict[str, int] = {}
+    for ask in sorted(asks, key=lambda a: (a.spare, a.key)):
+        want = ask.target - ask.current
+        if want <= 0:
+            continue
+        if ask.units <= 0:
+            continue  # holds no GPU: nothing to limit
+        granted = min(want, left.get(ask.device, 0) // ask.units)
+        left[ask.device] = left.get(ask.device, 0) - granted * ask.units
+        if granted < want:
+            limited[ask.key] = ask.current + granted
+    return limited

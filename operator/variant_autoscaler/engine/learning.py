@@ -27,7 +27,7 @@ from variant_autoscaler.adapters.profile_metrics import ProfileMetrics, ProfileS
 from variant_autoscaler.adapters.prometheus import Collector
 from variant_autoscaler.adapters.state_store import StateStore, entry_key
 from variant_autoscaler.api.queueing_config import QueueingModelConfig
-from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL
+from variant_autoscaler.api.v1alpha1 import accelerator_of
 from variant_autoscaler.core.decision import DEFAULT_MAX_BATCH
 from variant_autoscaler.core.estimator import PodWindow
 from variant_autoscaler.core.learning import LearningInputs, learn
@@ -159,8 +159,7 @@ class ProfileLearner:
         target = ctx.target
         assert target is not None
         if ctx.va is None:
-            labels = (ctx.body.get("metadata") or {}).get("labels") or {}
-            accelerator = str(labels.get(ACCELERATOR_LABEL) or "").strip() or None
+            accelerator = accelerator_of((ctx.body.get("metadata") or {}).get("labels"))
             return None, target.max_num_seqs, ProfileMode.AUTO, accelerator
         spec = ctx.va.spec
         profile = spec.profile_for(ctx.accelerator) if ctx.accelerator else None

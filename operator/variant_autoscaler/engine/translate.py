@@ -20,7 +20,7 @@ from variant_autoscaler.adapters.prometheus import Lookup, MetricsSnapshot, PodM
 from variant_autoscaler.api.annotated import AnnotatedVariant
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.api.saturation_config import AnalyzerConfig
-from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling
+from variant_autoscaler.api.v1alpha1 import ActuationMode, VariantAutoscaling, accelerator_of
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.decision import DecisionInputs, MetricsView, TargetView, VariantPlan
 from variant_autoscaler.core.kvcache import KVCache
@@ -292,6 +292,7 @@ def plan_variant(
         "slo_multiplier": cycle.queueing.multiplier_for(model, namespace),
         "kv_cache": _kv_cache(ctx.pods),
         "kv_pressure": _kv_pressure(ctx),
+        "gpus": _gpus(ctx),
     }
     if ctx.annotated is not None:
         a = ctx.annotated
@@ -328,6 +329,17 @@ def plan_variant(
         ctx.invalid = f"invalid spec: {exc}"
         return
     ctx.planned = replace(planned, **extra)  # type: ignore[arg-type]
+
+
+def _gpus(ctx: VariantContext) -> tuple[str, int] | None:
+    """The variant's accelerator (its label, on a VA or an annotated object) and the GPUs one replica
+    requests, for WVA's limiter (None: either unknown)."""
+    assert ctx.target is not None
+    accelerator = ctx.accelerator
+    if accelerator is None and ctx.va is None:
+        accelerator = accelerator_of((ctx.body.get("metadata") or {}).get("labels"))
+    units = ctx.target.gpus_per_replica
+    return (accelerator, units) if accelerator and units else None
 
 
 def _stabilization(va: VariantAutoscaling | None, cfg: MainConfig, mode: ActuationMode) -> float:

@@ -346,6 +346,26 @@ def test_target_from_deployment() -> None:
     assert target_from_deployment(unset).spec_replicas == 1  # the API default
 
 
+def test_the_gpus_one_replica_requests_come_from_the_pod_template() -> None:
+    assert target_from_deployment(_deployment()).gpus_per_replica is None  # none requested
+    body = _deployment()
+    containers = body["spec"]["template"]["spec"]["containers"]
+    containers[1]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    containers[0]["resources"] = {"requests": {"amd.com/gpu": 1}}
+    assert target_from_deployment(body).gpus_per_replica == 3
+    sts = target_from_scale(
+        "apps/v1",
+        "StatefulSet",
+        {"metadata": {"name": "s", "namespace": "ns"}, "spec": body["spec"]},
+        {"spec": {"replicas": 1}, "status": {"replicas": 1}},
+    )
+    assert sts.gpus_per_replica == 3
+    lws = target_from_scale(
+        "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {"metadata": {"name": "l"}, "spec": {}}, {}
+    )
+    assert lws.gpus_per_replica is None  # no spec.template: unknown
+
+
 def test_target_from_scale() -> None:
     t = target_from_scale(
         "apps/v1",

@@ -9,6 +9,7 @@ from hypothesis import strategies as hs
 from variant_autoscaler.core import saturation as sat
 from variant_autoscaler.core.saturation import ReplicaMetrics as M
 from variant_autoscaler.core.saturation import VariantState
+from variant_autoscaler.core.sizing import ScaleUp, limit_scale_ups
 
 
 def _v(
@@ -280,3 +281,17 @@ def test_an_analyzer_moves_at_most_the_cheapest_up_or_dearest_down_and_respects_
     if which == "v1":
         assert len(ups) + len(downs) <= 1
         assert all(abs(verdict.targets[v.key] - v.replicas) <= 1 for v in variants)
+
+
+def test_the_limiter_grants_scale_ups_the_most_saturated_first_and_partially() -> None:
+    asks = [
+        ScaleUp("calm", "H100", 2, current=1, target=4, spare=0.15),
+        ScaleUp("hot", "H100", 2, current=2, target=4, spare=0.02),
+        ScaleUp("other", "A100", 1, current=1, target=3, spare=0.5),
+        ScaleUp("down", "H100", 1, current=3, target=2, spare=0.9),  # not a scale-up: never limited
+    ]
+    # H100: 7 free: "hot" takes 4 (two replicas), "calm" gets one replica of the 3 left; A100: plenty.
+    assert limit_scale_ups(asks, {"H100": 7, "A100": 5}) == {"calm": 2}
+    # Nothing of a type free (or the type unknown): no scale-up of it, nothing taken from running ones.
+    assert limit_scale_ups(asks, {"A100": 1}) == {"calm": 1, "hot": 2, "other": 2}
+    assert limit_scale_ups(asks, {"H100": -3, "A100": 9}) == {"calm": 1, "hot": 2}

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from variant_autoscaler.adapters.inventory import pod_gpu_requests
+
 
 @dataclass(frozen=True, slots=True)
 class ScaleTarget:
@@ -32,6 +34,8 @@ class ScaleTarget:
     controller: str | None = None
     # The version read: a scale patch is made on this version only (no overwriting a later change).
     resource_version: str | None = None
+    # The GPUs one replica requests (its pod template's, all vendors; None: no template or no GPU).
+    gpus_per_replica: int | None = None
 
 
 MAX_NUM_SEQS_FLAG = "--max-num-seqs"
@@ -73,6 +77,14 @@ def _controller_of(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
+def template_gpus(obj: Mapping[str, Any]) -> int | None:
+    """The GPUs one replica of ``obj`` requests, from its ``spec.template`` (None: none stated)."""
+    template = (obj.get("spec") or {}).get("template")
+    if not isinstance(template, Mapping):
+        return None
+    return sum(pod_gpu_requests(template).values()) or None
+
+
 def target_from_deployment(body: Mapping[str, Any]) -> ScaleTarget:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
@@ -108,6 +120,7 @@ def target_from_deployment(body: Mapping[str, Any]) -> ScaleTarget:
         args_field=args_field,
         controller=_controller_of(meta),
         resource_version=meta.get("resourceVersion"),
+        gpus_per_replica=template_gpus(body),
     )
 
 
@@ -138,6 +151,7 @@ def target_from_scale(
         controller=_controller_of(meta),
         # /scale carries the object's own resourceVersion.
         resource_version=(scale.get("metadata") or {}).get("resourceVersion") or meta.get("resourceVersion"),
+        gpus_per_replica=template_gpus(obj),  # a StatefulSet's or ReplicaSet's; other kinds: unknown
     )
 
 
