@@ -634,7 +634,7 @@ def _limit_saturation(
     if request.capacity is None:
         return
     asks: list[ScaleUp] = []
-    members: dict[str, PlannedVariant] = {}
+    members: dict[str, tuple[PlannedVariant, str, int]] = {}
     for v in request.variants:
         on = _saturation_device(v, request)
         d = decisions.get(v.key)
@@ -643,12 +643,11 @@ def _limit_saturation(
         metrics = v.saturation.metrics if v.saturation is not None else ()
         spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 1.0
         asks.append(ScaleUp(_name(v.key), on[0], on[1], v.current_replicas, d.replicas, spare))
-        members[_name(v.key)] = v
+        members[_name(v.key)] = (v, *on)
     free = {device: n - usage.get(device, 0) for device, n in request.capacity.items()}
     for name, replicas in limit_scale_ups(asks, free).items():
-        v = members[name]
+        v, device, units = members[name]
         d = decisions[v.key]
-        device, units = _saturation_device(v, request) or ("", 0)
         decisions[v.key] = replace(
             d,
             replicas=replicas,

@@ -404,3 +404,75 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
     finally:
         full_cluster.kubectl("annotate", "namespace", ns, "wva.llmd.ai/exclude-", check=False)
         standin.remove(ns, f"{name}-6b9f7c5d4f-k2x7q")
+
+
+def _gpu_deployment(namespace: str, name: str, gpus: int) -> dict[str, Any]:
+    body = _deployment(namespace, name)
+    body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return body
+
+
+def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
+    full_cluster: LocalCluster, sa_config: Path, full_namespace: str, standin: VllmStandIn, tmp_path: Path
+) -> None:
+    """WVA's ``enableLimiter`` over a saturation-sized VA, on the cluster's real inventory (two kwok nodes
+    of four A100s, the real scheduler): while other pods hold every A100 its saturated replica gets no
+    second one, and the status says why; once they are gone it scales."""
+    ns, name, model = full_namespace, "vllme-a100", "default/default"
+    full_cluster.apply(_gpu_deployment(ns, name, 2))
+    va = yaml.safe_load((ROOT / "deploy/samples/variantautoscaling-final.yaml").read_text())
+    va["metadata"].update(namespace=ns, name=name)
+    va["metadata"]["labels"] = {
+        "inference.optimization/acceleratorName": "A100",
+        "wva.llmd.ai/controller-instance": "limiter-test",
+    }
+    va["spec"]["scaleTargetRef"]["name"] = name
+    va["spec"]["actuation"] = {"mode": "patch"}
+    full_cluster.apply(va)
+    full_cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=90s")
+    # The other six A100s: four on the node our replica does not use, two beside it.
+    hogs = [_gpu_deployment(ns, "hog-4", 4), _gpu_deployment(ns, "hog-2", 2)]
+    for hog in hogs:
+        full_cluster.apply(hog)
+        full_cluster.kubectl(
+            "rollout", "status", "-n", ns, f"deployment/{hog['metadata']['name']}", "--timeout=90s"
+        )
+    standin.pod(model, ns, f"{name}-6b9f7c5d4f-k2x7q", rpm=RPM, kv_usage=0.95)
+    limiter = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "wva-saturation-scaling-config", "namespace": OPERATOR_NS},
+        "data": {"default": "enableLimiter: true\n"},
+    }
+    full_cluster.apply(limiter)
+    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "limiter-test"}
+    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
+
+    def replicas() -> int:
+        out = full_cluster.kubectl("get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}")
+        return int(out.stdout or 0)
+
+    try:
+        _series_ready(full_cluster, ns)
+        with running(operator):
+            decided = wait_for(
+                lambda: (
+                    (v := _decided(full_cluster, ns, name)) is not None
+                    and "limited by the GPU inventory" in _reason(v)
+                    and v
+                ),
+                timeout=90,
+                what="a saturation scale-up limited by the GPU inventory",
+            )
+            assert "to 1 (asked 2)" in _reason(decided) and "0 NVIDIA-A100-PCIE-80GB free" in _reason(decided)
+            assert replicas() == 1
+            for hog in hogs:
+                full_cluster.kubectl("delete", "deployment", "-n", ns, hog["metadata"]["name"], "--wait=true")
+            wait_for(lambda: replicas() == 2, timeout=120, what="the scale-up once the A100s are free")
+    finally:
+        full_cluster.kubectl(
+            "delete", "configmap", "-n", OPERATOR_NS, "wva-saturation-scaling-config", check=False
+        )
+        for hog in hogs:
+            full_cluster.kubectl("delete", "deployment", "-n", ns, hog["metadata"]["name"], check=False)
+        standin.remove(ns, f"{name}-6b9f7c5d4f-k2x7q")
