@@ -112,6 +112,21 @@ def _reason(va: dict[str, Any]) -> str:
     return str(va["status"]["desiredOptimizedAlloc"].get("reason") or "")
 
 
+def _decided_saying(cluster: LocalCluster, namespace: str, name: str, text: str, what: str) -> dict[str, Any]:
+    """The VA once its decision's reason says ``text`` (within 90 s)."""
+    found: dict[str, Any] = wait_for(
+        lambda: (v := _decided(cluster, namespace, name)) is not None and text in _reason(v) and v,
+        timeout=90,
+        what=what,
+    )
+    return found
+
+
+def _replicas(cluster: LocalCluster, namespace: str, name: str) -> int:
+    out = cluster.kubectl("get", "deployment", "-n", namespace, name, "-o", "jsonpath={.spec.replicas}")
+    return int(out.stdout or 0)
+
+
 def _model_alone(va_body: dict[str, Any], classes: dict[str, str], costs: dict[str, str]) -> int:
     """What the queueing model alone decides for this VA at the stand-in's load (the floor off)."""
     va = VariantAutoscaling.model_validate(va_body)
@@ -366,21 +381,18 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
     operator = OperatorProcess(sa_config, None, tmp_path, env=env)
 
     def replicas() -> int:
-        out = full_cluster.kubectl("get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}")
-        return int(out.stdout or 0)
+        return _replicas(full_cluster, ns, name)
 
     try:
         _series_ready(full_cluster, ns)
         with running(operator):
             # 1. The namespace's thresholds decide: the replica has spare capacity, stays at 1.
-            decided = wait_for(
-                lambda: (
-                    (v := _decided(full_cluster, ns, name)) is not None
-                    and "spare capacity" in _reason(v)
-                    and v
-                ),
-                timeout=90,
-                what="a saturation-v1 decision under the namespace's own thresholds",
+            decided = _decided_saying(
+                full_cluster,
+                ns,
+                name,
+                "spare capacity",
+                "a saturation-v1 decision under the namespace's own thresholds",
             )
             assert _reason(decided).startswith("saturation-v1") and replicas() == 1
             assert operator.metric("variant_autoscaler_variants") == 1.0
@@ -449,20 +461,17 @@ def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
     operator = OperatorProcess(sa_config, None, tmp_path, env=env)
 
     def replicas() -> int:
-        out = full_cluster.kubectl("get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}")
-        return int(out.stdout or 0)
+        return _replicas(full_cluster, ns, name)
 
     try:
         _series_ready(full_cluster, ns)
         with running(operator):
-            decided = wait_for(
-                lambda: (
-                    (v := _decided(full_cluster, ns, name)) is not None
-                    and "limited by the GPU inventory" in _reason(v)
-                    and v
-                ),
-                timeout=90,
-                what="a saturation scale-up limited by the GPU inventory",
+            decided = _decided_saying(
+                full_cluster,
+                ns,
+                name,
+                "limited by the GPU inventory",
+                "a saturation scale-up limited by the GPU inventory",
             )
             assert "to 1 (asked 2)" in _reason(decided) and "0 NVIDIA-A100-PCIE-80GB free" in _reason(decided)
             assert replicas() == 1
