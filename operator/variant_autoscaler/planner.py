@@ -146,7 +146,8 @@ class PlannedVariant:
     * ``gpus``: its accelerator and the GPUs one replica requests (its pod template), for a variant sized
       by saturation; None: unknown. In limited mode (WVA's ``enableLimiter``) the GPUs its replicas hold
       are kept out of the model's plan, and its scale-ups get only the GPUs that plan leaves free
-      (:func:`~variant_autoscaler.core.sizing.limit_scale_ups`).
+      (:func:`~variant_autoscaler.core.sizing.limit_scale_ups`), the more saturated first, each
+      weighted by ``saturation_priority`` (WVA's per-model ``priority`` in the saturation ConfigMap).
     """
 
     key: VariantKey
@@ -173,6 +174,7 @@ class PlannedVariant:
     kv_pressure: bool = False
     kept_replicas: int = 0
     gpus: tuple[str, int] | None = None
+    saturation_priority: float = 1.0
 
     @property
     def held(self) -> bool:
@@ -642,7 +644,9 @@ def _limit_saturation(
             continue
         metrics = v.saturation.metrics if v.saturation is not None else ()
         spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 1.0
-        asks.append(ScaleUp(_name(v.key), on[0], on[1], v.current_replicas, d.replicas, spare))
+        asks.append(
+            ScaleUp(_name(v.key), on[0], on[1], v.current_replicas, d.replicas, spare, v.saturation_priority)
+        )
         members[_name(v.key)] = (v, *on)
     free = {device: n - usage.get(device, 0) for device, n in request.capacity.items()}
     for name, replicas in limit_scale_ups(asks, free).items():
@@ -655,7 +659,7 @@ def _limit_saturation(
             reason=(
                 f"{d.reason}; limited by the GPU inventory to {replicas} (asked {d.replicas}): "
                 f"{max(free.get(device, 0), 0)} {device} free beside the plan, {units} per replica, "
-                "the more saturated variants first"
+                "the more saturated variants (times their priority) first"
             ),
         )
 

@@ -199,7 +199,8 @@ def size_group(
 class ScaleUp:
     """A variant sized by saturation that asks for more replicas: ``target`` where it runs ``current``,
     each replica holding ``units`` GPUs of ``device``; ``spare`` is its replicas' mean spare KV cache
-    (0 to 1: the smaller, the more saturated)."""
+    (0 to 1: the smaller, the more saturated); ``priority`` WVA's per-model multiplier of its urgency
+    (the saturation ConfigMap's ``priority``, default 1)."""
 
     key: str
     device: str
@@ -207,16 +208,23 @@ class ScaleUp:
     current: int
     target: int
     spare: float
+    priority: float = 1.0
+
+    @property
+    def urgency(self) -> float:
+        """How saturated it is (1 − spare), times its priority: the larger, the sooner it is served."""
+        return self.priority * (1.0 - self.spare)
 
 
 def limit_scale_ups(asks: Sequence[ScaleUp], free: Mapping[str, int]) -> dict[str, int]:
     """WVA's GPU limiter (``enableLimiter``): the scale-ups that the GPUs ``free`` per device type cannot
-    all serve, granted greedily, the most saturated variant first (least spare KV cache; then by key),
-    each as far as its device's GPUs go (a partial grant); nothing is taken from running replicas. Returns
-    the replicas of every variant granted less than it asked for (the others keep their target)."""
+    all serve, granted greedily, the most urgent variant first (its saturation, 1 − spare KV cache, times
+    its model's priority; then the least spare, then by key), each as far as its device's GPUs go (a
+    partial grant); nothing is taken from running replicas. Returns the replicas of every variant granted
+    less than it asked for (the others keep their target)."""
     left = {device: max(units, 0) for device, units in free.items()}
     limited: dict[str, int] = {}
-    for ask in sorted(asks, key=lambda a: (a.spare, a.key)):
+    for ask in sorted(asks, key=lambda a: (-a.urgency, a.spare, a.key)):
         want = ask.target - ask.current
         if want <= 0:
             continue

@@ -544,14 +544,15 @@ class Engine:
         for (namespace, model), members in groups.items():
             only_annotated = all(c.annotated is not None for c in members)
             saturation = cycle.saturation_for(namespace)
-            analyzers = saturation.for_model(model, namespace, annotated=only_annotated).analyzers
+            settings = saturation.for_model(model, namespace, annotated=only_annotated)
             retention = cycle.zero_for(model, namespace).retention_seconds
             for ctx in members:
                 plan_variant(
                     ctx,
                     snapshot,
                     cycle,
-                    analyzers=analyzers,
+                    analyzers=settings.analyzers,
+                    priority=settings.priority,
                     woken=self.zero.woken_within(ctx.key, retention),
                     ahead=ahead,
                 )

@@ -258,12 +258,14 @@ def plan_variant(
     cycle: CycleConfig,
     *,
     analyzers: tuple[AnalyzerConfig, ...] = (),
+    priority: float = 1.0,
     woken: bool = False,
     ahead: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
     """The planner's view of the variant (``ctx.planned``), once its target is read.
 
-    ``analyzers``: the saturation analyzers of its model; ``woken``: scaled from zero within its
+    ``analyzers``: the saturation analyzers of its model, ``priority`` its weight in WVA's GPU limiter
+    (the saturation ConfigMap's per-model ``priority``); ``woken``: scaled from zero within its
     retention period (not idle, whatever the counter says); ``ahead``: the demand forecasts by (model,
     namespace), req/min. Its profiles are ``ctx.profiles`` when the profile learning chose them
     (engine/learning.py), the spec's otherwise."""
@@ -293,6 +295,7 @@ def plan_variant(
         "kv_cache": _kv_cache(ctx.pods),
         "kv_pressure": _kv_pressure(ctx),
         "gpus": _gpus(ctx),
+        "saturation_priority": priority,
     }
     if ctx.annotated is not None:
         a = ctx.annotated

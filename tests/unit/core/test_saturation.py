@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
@@ -295,3 +297,18 @@ def test_the_limiter_grants_scale_ups_the_most_saturated_first_and_partially() -
     # Nothing of a type free (or the type unknown): no scale-up of it, nothing taken from running ones.
     assert limit_scale_ups(asks, {"A100": 1}) == {"calm": 1, "hot": 2, "other": 2}
     assert limit_scale_ups(asks, {"H100": -3, "A100": 9}) == {"calm": 1, "hot": 2}
+
+
+def test_the_limiter_weighs_saturation_by_the_models_priority() -> None:
+    # "calm" is less saturated (85 % used against 98 %) but its model's priority 2 makes it the more
+    # urgent (1.70 against 0.98): it is served first; at priority 1 each, "hot" is.
+    calm = ScaleUp("calm", "H100", 2, current=1, target=3, spare=0.15, priority=2.0)
+    hot = ScaleUp("hot", "H100", 2, current=2, target=4, spare=0.02)
+    assert calm.urgency == pytest.approx(1.7) and hot.urgency == pytest.approx(0.98)
+    assert limit_scale_ups([hot, calm], {"H100": 4}) == {"hot": 2}
+    assert limit_scale_ups([hot, replace(calm, priority=1.0)], {"H100": 4}) == {"calm": 1}
+    # Equal urgency (1.0 each): the more saturated first.
+    half = replace(calm, spare=0.5, priority=2.0)
+    full = replace(hot, spare=0.0)
+    assert half.urgency == full.urgency == 1.0
+    assert limit_scale_ups([half, full], {"H100": 4}) == {"calm": 1}
