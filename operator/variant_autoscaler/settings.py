@@ -7,8 +7,8 @@ may change at runtime live in the main ConfigMap instead (:mod:`variant_autoscal
 
 For drop-in compatibility with WVA's Deployment, the unprefixed ``PROMETHEUS_*`` variables and
 ``WVA_SCALE_TO_ZERO`` are accepted too; :meth:`Settings.config_env` hands them to the ConfigMap parser,
-which applies WVA's precedence rules. So are WVA's later ``CONFIG_MAP_NAME``, ``CONTROLLER_INSTANCE`` and
-``WATCH_NAMESPACE``.
+which applies WVA's precedence rules. So are WVA's later ``CONFIG_MAP_NAME``, ``SATURATION_CONFIG_MAP_NAME``,
+``QUEUEING_MODEL_CONFIG_MAP_NAME``, ``CONTROLLER_INSTANCE`` and ``WATCH_NAMESPACE``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,20 @@ class Settings(BaseSettings):
     # A file of main-config settings (config.yaml's YAML, or a ConfigMap manifest), read at start-up; it
     # wins over the ConfigMaps and loses to the environment.
     config_file: str | None = None
+    # The saturation and queueing-model ConfigMaps. Unset: the first found of every name WVA gave each;
+    # set (here or as WVA's SATURATION_CONFIG_MAP_NAME / QUEUEING_MODEL_CONFIG_MAP_NAME, which its Helm
+    # chart sets to release-prefixed names): only this one. The saturation name is also the one read in
+    # each namespace holding variants (namespace-local configuration), as WVA reads it.
+    saturation_config_map_name: str | None = Field(
+        default=None,
+        max_length=253,
+        validation_alias=AliasChoices("WVA_SATURATION_CONFIG_MAP_NAME", "SATURATION_CONFIG_MAP_NAME"),
+    )
+    queueing_config_map_name: str | None = Field(
+        default=None,
+        max_length=253,
+        validation_alias=AliasChoices("WVA_QUEUEING_CONFIG_MAP_NAME", "QUEUEING_MODEL_CONFIG_MAP_NAME"),
+    )
     accelerator_costs_config_map: str = "accelerator-unit-costs"
     service_classes_config_map: str = "service-classes-config"
 
@@ -176,11 +190,15 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("controller_instance", mode="before")
+    @field_validator(
+        "controller_instance", "saturation_config_map_name", "queueing_config_map_name", mode="before"
+    )
     @classmethod
-    def _empty_instance_is_none(cls, value: object) -> object:
-        # WVA treats CONTROLLER_INSTANCE="" as unset.
-        return None if isinstance(value, str) and not value.strip() else value
+    def _empty_is_none(cls, value: object) -> object:
+        # WVA treats CONTROLLER_INSTANCE="" (and an empty ConfigMap name) as unset.
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
 
     @property
     def clusterwide(self) -> bool:
@@ -198,6 +216,24 @@ class Settings(BaseSettings):
         return MAIN_CONFIG_MAP_NAMES
 
     @property
+    def saturation_config_map_names(self) -> tuple[str, ...]:
+        """The saturation ConfigMap's names to look for, the first found read: only the one named."""
+        named = self.saturation_config_map_name
+        return (named,) if named else SATURATION_CONFIG_MAP_NAMES
+
+    @property
+    def queueing_config_map_names(self) -> tuple[str, ...]:
+        """The queueing-model ConfigMap's names to look for, the first found read: only the one named."""
+        named = self.queueing_config_map_name
+        return (named,) if named else QUEUEING_CONFIG_MAP_NAMES
+
+    @property
+    def local_config_map_names(self) -> tuple[str, str]:
+        """The saturation and scale-to-zero ConfigMaps a namespace may hold for its own variants (the
+        newest name of each, or the saturation ConfigMap's name when one is set, as WVA reads them)."""
+        return (self.saturation_config_map_names[0], SCALE_TO_ZERO_CONFIG_MAP_NAMES[0])
+
+    @property
     def wva_config_map_names(self) -> tuple[str, ...]:
         """Every ConfigMap of any WVA generation the operator reads (its namespace): to watch them all."""
         return tuple(
@@ -206,9 +242,9 @@ class Settings(BaseSettings):
                     *self.main_config_map_names,
                     self.accelerator_costs_config_map,
                     self.service_classes_config_map,
-                    *SATURATION_CONFIG_MAP_NAMES,
+                    *self.saturation_config_map_names,
                     *SCALE_TO_ZERO_CONFIG_MAP_NAMES,
-                    *QUEUEING_CONFIG_MAP_NAMES,
+                    *self.queueing_config_map_names,
                 )
             )
         )

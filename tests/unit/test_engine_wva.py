@@ -241,6 +241,40 @@ async def test_v2_when_the_saturation_configmap_names_it() -> None:
     assert _desired(h, "vllme-l4") == 2
 
 
+async def test_saturation_config_map_name_reads_that_name_only_globally_and_in_the_namespace() -> None:
+    # WVA's Helm chart prefixes the ConfigMap with the release and says so in SATURATION_CONFIG_MAP_NAME.
+    named = "wva-release-wva-saturation-scaling-config"
+    h = _harness(_settings(saturation_config_map_name=named))
+    h.add_va(_final_va(), replicas=1)
+    h.load(60.0)
+    _busy(h, "vllme-l4", 1, kv=0.95, waiting=4, blocks=1000)
+    # The default name is not read when another is named: V1 sizes it.
+    h.kube.put(_configmap("wva-saturation-scaling-config", {"default": 'analyzerName: "saturation"'}))
+    await h.engine.run_cycle()
+    assert _reason(h, "vllme-l4").startswith("saturation-v1")
+    h.kube.put(_configmap(named, {"default": 'analyzerName: "saturation"'}))
+    await h.engine.run_cycle()
+    assert _reason(h, "vllme-l4").startswith("saturation-v2")
+    # In the variant's namespace the same name is the namespace-local one.
+    h.kube.put(_local(named, NS, {"default": "kvCacheThreshold: 0.99\nkvSpareTrigger: 0.005"}))
+    await h.engine.run_cycle()
+    assert _reason(h, "vllme-l4").startswith("saturation-v1")
+
+
+async def test_queueing_model_config_map_name_reads_that_name_only() -> None:
+    named = "wva-release-wva-queueing-model-config"
+    for name, read in (("wva-queueing-model-config", False), (named, True)):
+        h = _harness(_settings(queueing_config_map_name=named))
+        del h.kube.objects[("configmaps", OPERATOR_NS, "service-classes-config")]
+        h.kube.put(_configmap(name, {"default": "sloMultiplier: 2\ntuningEnabled: true"}))
+        h.add_va(replicas=1)
+        h.load(60.0)
+        await h.engine.run_cycle()
+        succeeded = h.conditions()["OptimizationReady"]["reason"] == "OptimizationSucceeded"
+        assert succeeded is read, _reason(h, VA)
+        assert (f"({named}[default])" in _reason(h, VA)) is read
+
+
 async def test_wvas_limiter_bounds_a_saturation_scale_up_by_the_gpus_the_nodes_have() -> None:
     # enableLimiter as WVA users set it; the variant's Deployment asks two GPUs per replica on A100s.
     for gpus, expected in ((4, 2), (6, 3)):
@@ -265,6 +299,41 @@ async def test_wvas_limiter_bounds_a_saturation_scale_up_by_the_gpus_the_nodes_h
         assert _desired(h, "vllme-l4") == expected, _reason(h, "vllme-l4")
         limited = "limited by the GPU inventory to 2 (asked 3)" in _reason(h, "vllme-l4")
         assert limited is (expected == 2)
+
+
+async def test_wvas_limiter_serves_the_scale_up_its_models_priority_makes_most_urgent() -> None:
+    # Two models' VAs on A100, 2 GPUs per replica, one replica each, on a node of 6: one more replica fits.
+    # "vllme-a" is the more saturated (KV 97 % against 90 %); the saturation ConfigMap gives the other
+    # model priority 1.05 (urgency 0.90 x 1.05 = 0.945 against 0.97: still "a"), then 2 (1.8: "b").
+    other = "other/model"
+    for priority, served in ((None, "vllme-a"), (1.05, "vllme-a"), (2, "vllme-b")):
+        h = _harness()
+        data = {"default": "enableLimiter: true"}
+        if priority is not None:
+            data["other"] = f"model_id: {other}\nnamespace: {NS}\npriority: {priority}"
+        h.kube.put(_configmap("wva-saturation-scaling-config", data))
+        for name, model in (("vllme-a", MODEL), ("vllme-b", other)):
+            va = _final_va(name, modelID=model)
+            va["metadata"]["labels"] = {"inference.optimization/acceleratorName": "A100"}
+            h.add_va(va, replicas=1)
+            spec = h.kube.get("deployments", NS, name)["spec"]["template"]["spec"]
+            spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+            h.load(60.0, model=model)
+        node = {
+            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "6"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        h.engine._nodes = lambda node=node: [node_gpus(node)]
+        h.prom.set_pod(MODEL, NS, "vllme-a-7d4f8b9c6d-00000", kv=0.97)
+        h.prom.set_pod(other, NS, "vllme-b-7d4f8b9c6d-00000", kv=0.90)
+        await h.engine.run_cycle()
+        held = "vllme-b" if served == "vllme-a" else "vllme-a"
+        assert _desired(h, served) == 2, (priority, _reason(h, served))
+        assert _desired(h, held) == 1, (priority, _reason(h, held))
+        assert "limited by the GPU inventory to 1 (asked 2)" in _reason(h, held)
 
 
 # --- namespace-local ConfigMaps and excluded namespaces ------------------------------------------------
@@ -568,6 +637,32 @@ async def test_an_idle_variant_goes_to_zero_and_missing_counters_never_do() -> N
     await h.engine.run_cycle()
     assert h.replicas("vllme-l4") == 0
     assert _reason(h, "vllme-l4").startswith("scale-to-zero: no request succeeded in the last 300s")
+
+
+async def test_the_saturation_entrys_scale_to_zero_overrides_the_scale_to_zero_configmap() -> None:
+    # WVA's last generation: `scaleToZero: {enabled: ...}` on a saturation entry wins over
+    # wva-model-scale-to-zero-config for the models the entry covers.
+    for inline, zero in (
+        ("scaleToZero: {enabled: true, retention_period: 2m}", True),  # the ConfigMap says off
+        ("scaleToZero: {enabled: false}", False),  # the ConfigMap says on
+        ("kvCacheThreshold: 0.8", True),  # no inline setting: the ConfigMap's (on) applies
+    ):
+        h = _harness(DEFAULT_ACTUATION_MODE="patch", SCALE_DOWN_STABILIZATION_WINDOW="0s")
+        on = "false" if "enabled: true" in inline else "true"
+        h.kube.put(_configmap("wva-model-scale-to-zero-config", {"default": f"enable_scale_to_zero: {on}"}))
+        h.kube.put(
+            _configmap(
+                "wva-saturation-scaling-config", {"m": f"model_id: {MODEL}\nnamespace: {NS}\n{inline}"}
+            )
+        )
+        h.add_va(_final_va(minReplicas=0), replicas=1)
+        h.load(0.0)
+        _busy(h, "vllme-l4", 1, kv=0.0)
+        h.prom.set_requests(MODEL, NS, 0.0)
+        await h.engine.run_cycle()
+        assert (h.replicas("vllme-l4") == 0) is zero, (inline, _reason(h, "vllme-l4"))
+        if "2m" in inline:
+            assert _reason(h, "vllme-l4").startswith("scale-to-zero: no request succeeded in the last 120s")
 
 
 async def test_the_fast_loop_wakes_the_cheapest_variant_at_zero_with_one_query() -> None:

@@ -19,7 +19,8 @@ Per entry (``default`` and per-model overrides, see :mod:`variant_autoscaler.api
 ``limiters``                  ``{type: gpu-inventory}`` (the nodes' GPUs: our inventory),
                               ``{type: quota, quotas: {H100: 32}}`` (at most that many GPUs of a type),
                               ``{type: namespace-inventory}`` (read, not supported: reported)
-``priority``                  the model's weight when GPUs are short (default 1)
+``priority``                  the model's weight in the GPU limiter (its saturation is multiplied by it;
+                              default 1, and 0 reads as 1, as WVA reads it)
 ``enableRescale``, ``scaleToZero``  read and kept for the engine; ``scaleToZero`` may hold
                               ``enable_scale_to_zero``/``retention_period`` like the scale-to-zero ConfigMap
 ===========================  ============================================================================
@@ -122,6 +123,18 @@ class SaturationSettings:
     scale_to_zero: Mapping[str, Any] | None = None
     #: The entries applied, weakest first (for reasons and logs).
     sources: tuple[str, ...] = ()
+
+    def inline_scale_to_zero(self) -> tuple[bool | None, float | None]:
+        """The entry's own ``scaleToZero`` (WVA's last generation: it overrides the scale-to-zero
+        ConfigMap for the models it covers): whether enabled (``enabled``, or the ConfigMap's
+        ``enable_scale_to_zero``) and the retention period in seconds; None where it says nothing."""
+        inline = self.scale_to_zero or {}
+        flag = inline.get("enabled", inline.get("enable_scale_to_zero"))
+        keep = inline.get("retention_period")
+        return (
+            as_bool("scaleToZero.enabled", flag) if flag is not None else None,
+            as_duration("scaleToZero.retention_period", keep) if keep is not None else None,
+        )
 
     @property
     def limited_mode(self) -> bool:
@@ -290,8 +303,14 @@ def _layer(where: str, entry: Entry) -> tuple[_Layer, list[str]]:
     scale_to_zero = f.get("scaleToZero")
     if scale_to_zero is not None and not isinstance(scale_to_zero, Mapping):
         raise EntryError(f"{where}.scaleToZero must be a mapping")
-    if isinstance(scale_to_zero, Mapping) and "retention_period" in scale_to_zero:
-        as_duration(f"{where}.scaleToZero.retention_period", scale_to_zero["retention_period"])
+    if isinstance(scale_to_zero, Mapping):
+        for key in ("enabled", "enable_scale_to_zero"):
+            if key in scale_to_zero:
+                as_bool(f"{where}.scaleToZero.{key}", scale_to_zero[key])
+        if "retention_period" in scale_to_zero:
+            keep = as_duration(f"{where}.scaleToZero.retention_period", scale_to_zero["retention_period"])
+            if keep <= 0:
+                raise EntryError(f"{where}.scaleToZero.retention_period must be longer than zero")
     layer = _Layer(
         v1=v1,
         v2=v2,
@@ -301,7 +320,10 @@ def _layer(where: str, entry: Entry) -> tuple[_Layer, list[str]]:
         if "enableLimiter" in f
         else None,
         limiters=_limiters(where, f["limiters"]) if "limiters" in f else None,
-        priority=as_float(f"{where}.priority", f["priority"], high=1e6) if "priority" in f else None,
+        # 0 is WVA's "unset" (its default, 1, applies).
+        priority=(as_float(f"{where}.priority", f["priority"], high=1e6) or None)
+        if "priority" in f
+        else None,
         enable_rescale=as_bool(f"{where}.enableRescale", f["enableRescale"])
         if "enableRescale" in f
         else None,

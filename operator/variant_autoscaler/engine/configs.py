@@ -8,15 +8,16 @@ Per cycle one LIST of the operator namespace's ConfigMaps (whatever the number o
   VA keeps its last decision and says why);
 * ``accelerator-unit-costs`` and ``service-classes-config``, optional since WVA v0.4 (absent: empty; a
   variant that needs them says so in its conditions);
-* the saturation, scale-to-zero and queueing-model ConfigMaps, each the first of its names found.
+* the saturation, scale-to-zero and queueing-model ConfigMaps, each the first of its names found (only
+  the one named by WVA's ``SATURATION_CONFIG_MAP_NAME`` / ``QUEUEING_MODEL_CONFIG_MAP_NAME`` when set).
 
 Cluster-wide, the same cycle lists the namespaces once: one annotated ``wva.llmd.ai/exclude: "true"`` is
 left alone (WVA's rule; a namespaced install serves what it is given, as WVA's ``--watch-namespace``).
 Once the variants are known, :meth:`ConfigReader.read_local` reads the namespace-local ConfigMaps that
-WVA's last generations honour: ``wva-saturation-scaling-config`` and ``wva-model-scale-to-zero-config`` in
-a namespace holding variants replace the operator namespace's for that namespace's variants (whole, as
-WVA resolves them; the limiter stays the operator namespace's, it bounds one global plan). Two GETs per
-such namespace, at the same time.
+WVA's last generations honour: ``wva-saturation-scaling-config`` (or the name set) and
+``wva-model-scale-to-zero-config`` in a namespace holding variants replace the operator namespace's for
+that namespace's variants (whole, as WVA resolves them; the limiter stays the operator namespace's, it
+bounds one global plan). Two GETs per such namespace, at the same time.
 
 What could not be read (unknown keys, skipped entries) is logged once per distinct message, never fatal.
 A failed read keeps what the last one found (a namespace excluded for maintenance stays excluded through
@@ -42,16 +43,8 @@ from variant_autoscaler.api.configmaps import (
     parse_service_classes,
 )
 from variant_autoscaler.api.main_config_sources import merge_main_config, read_config_file
-from variant_autoscaler.api.queueing_config import (
-    QUEUEING_CONFIG_MAP_NAMES,
-    QueueingModelConfig,
-    parse_queueing_config,
-)
-from variant_autoscaler.api.saturation_config import (
-    SATURATION_CONFIG_MAP_NAMES,
-    SaturationConfig,
-    parse_saturation_config,
-)
+from variant_autoscaler.api.queueing_config import QueueingModelConfig, parse_queueing_config
+from variant_autoscaler.api.saturation_config import SaturationConfig, parse_saturation_config
 from variant_autoscaler.api.scale_to_zero_config import (
     SCALE_TO_ZERO_CONFIG_MAP_NAMES,
     ScaleToZero,
@@ -63,11 +56,7 @@ from variant_autoscaler.api.wva_entries import OnceLog
 from variant_autoscaler.errors import ConfigError, KubeError
 from variant_autoscaler.settings import Settings
 
-__all__ = ["LOCAL_CONFIG_MAP_NAMES", "ConfigReader", "CycleConfig"]
-
-#: The ConfigMaps a namespace may hold for its own variants (the names WVA's namespace-local support
-#: reads: the newest of each).
-LOCAL_CONFIG_MAP_NAMES = (SATURATION_CONFIG_MAP_NAMES[0], SCALE_TO_ZERO_CONFIG_MAP_NAMES[0])
+__all__ = ["ConfigReader", "CycleConfig"]
 EXCLUDE_HINT = (
     "wva.llmd.ai/exclude annotation is not read (grant list on namespaces, as "
     "deploy/rbac/clusterrole.yaml does)"
@@ -109,13 +98,23 @@ class CycleConfig:
         return local if local is not None and local.entries else self.saturation
 
     def zero_for(self, model_id: str, namespace: str) -> ScaleToZero:
-        """Scale to zero for a model: its entry in the namespace's own ConfigMap when there is one (with
-        an entry that could be read), else in the operator namespace's, else ``WVA_SCALE_TO_ZERO`` (main
-        config and environment, as merged)."""
+        """Scale to zero for a model: the ``scaleToZero`` of its saturation entry when it has one (WVA's
+        last generation: it overrides the scale-to-zero ConfigMap), else its entry in the namespace's own
+        scale-to-zero ConfigMap when there is one (with an entry that could be read), else in the operator
+        namespace's, else ``WVA_SCALE_TO_ZERO`` (main config and environment, as merged)."""
         local = self.local_scale_to_zero.get(namespace)
         config = local if local is not None and local.entries else self.scale_to_zero
-        return config.for_model(
+        out = config.for_model(
             model_id, namespace, env_default="true" if self.main.scale_to_zero else "false"
+        )
+        saturation = self.saturation_for(namespace).for_model(model_id, namespace)
+        enabled, retention = saturation.inline_scale_to_zero()
+        if enabled is None and retention is None:
+            return out
+        return ScaleToZero(
+            out.enabled if enabled is None else enabled,
+            out.retention_seconds if retention is None else retention,
+            "the saturation ConfigMap's scaleToZero" if enabled is not None else out.source,
         )
 
 
@@ -199,11 +198,11 @@ class ConfigReader:
         out = CycleConfig(
             main, error, costs, classes, sources=sources.sources, listed=bodies, excluded=excluded
         )
-        if (sat := _first(found, SATURATION_CONFIG_MAP_NAMES)) is not None:
+        if (sat := _first(found, self.settings.saturation_config_map_names)) is not None:
             out = replace(out, saturation=parse_saturation_config(sat[1], name=sat[0]))
         if (zero := _first(found, SCALE_TO_ZERO_CONFIG_MAP_NAMES)) is not None:
             out = replace(out, scale_to_zero=parse_scale_to_zero_config(zero[1], name=zero[0]))
-        if (queueing := _first(found, QUEUEING_CONFIG_MAP_NAMES)) is not None:
+        if (queueing := _first(found, self.settings.queueing_config_map_names)) is not None:
             out = replace(out, queueing=parse_queueing_config(queueing[1], name=queueing[0]))
         self._warn([*out.saturation.problems, *out.scale_to_zero.problems, *out.queueing.problems])
         return out
@@ -236,7 +235,8 @@ class ConfigReader:
         """``cycle`` with the namespace-local saturation and scale-to-zero ConfigMaps of ``namespaces``
         (those holding variants; the operator namespace's are the global ones)."""
         wanted = sorted(set(namespaces) - {self.settings.operator_namespace} - cycle.excluded)
-        keys = [(ns, name) for ns in wanted for name in LOCAL_CONFIG_MAP_NAMES]
+        local_names = self.settings.local_config_map_names
+        keys = [(ns, name) for ns in wanted for name in local_names]
         read = await asyncio.gather(*(self._read_one(ns, name) for ns, name in keys))
         self._local = dict(zip(keys, read, strict=True))
         saturation: dict[str, SaturationConfig] = {}
@@ -245,7 +245,7 @@ class ConfigReader:
             if data is None:
                 continue
             where = f"{ns}/{name}"
-            if name == LOCAL_CONFIG_MAP_NAMES[0]:
+            if name == local_names[0]:
                 saturation[ns] = parse_saturation_config(data, name=where)
                 self._warn(saturation[ns].problems)
             else:

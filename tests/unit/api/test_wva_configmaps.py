@@ -132,10 +132,17 @@ def test_settings_config_map_name_and_the_names_read() -> None:
 
 def test_settings_read_wvas_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONFIG_MAP_NAME", "custom-config")
+    monkeypatch.setenv("SATURATION_CONFIG_MAP_NAME", "r-wva-saturation-scaling-config")
+    monkeypatch.setenv("QUEUEING_MODEL_CONFIG_MAP_NAME", "r-wva-queueing-model-config")
     monkeypatch.setenv("CONTROLLER_INSTANCE", "team-a")
     monkeypatch.setenv("WATCH_NAMESPACE", "llm-d")
     s = Settings()
     assert s.main_config_map_names == ("custom-config",)
+    assert s.saturation_config_map_names == ("r-wva-saturation-scaling-config",)
+    assert s.queueing_config_map_names == ("r-wva-queueing-model-config",)
+    assert s.local_config_map_names == ("r-wva-saturation-scaling-config", "wva-model-scale-to-zero-config")
+    assert {"r-wva-saturation-scaling-config", "r-wva-queueing-model-config"} <= set(s.wva_config_map_names)
+    assert "wva-saturation-scaling-config" not in s.wva_config_map_names
     assert s.controller_instance == "team-a"
     assert s.namespaces == ["llm-d"] and not s.clusterwide
     monkeypatch.setenv("CONTROLLER_INSTANCE", "")
@@ -180,6 +187,24 @@ def test_final_crd_config_v2_analyzers_and_limiters() -> None:
 def test_enable_limiter_alone_means_the_gpu_inventory() -> None:
     cfg = parse_saturation_config({"default": "enableLimiter: true\n"})
     assert cfg.for_model("m", "n").limited_mode
+
+
+def test_priority_and_the_inline_scale_to_zero_of_a_saturation_entry() -> None:
+    cfg = parse_saturation_config(
+        {
+            "default": "priority: 0\nscaleToZero: {enabled: true}",  # 0 is WVA's unset: 1
+            "m": "model_id: m\nnamespace: n\npriority: 2.5\nscaleToZero: {retention_period: 90s}",
+            "bad": "model_id: x\nscaleToZero: {enabled: maybe}",
+            "never": "model_id: y\nscaleToZero: {retention_period: 0s}",
+        }
+    )
+    assert cfg.for_model("other", "n").priority == 1.0
+    assert cfg.for_model("other", "n").inline_scale_to_zero() == (True, None)
+    assert cfg.for_model("m", "n").priority == 2.5
+    # The stronger entry's scaleToZero replaces the default's whole (as WVA merges it).
+    assert cfg.for_model("m", "n").inline_scale_to_zero() == (None, 90.0)
+    assert any("bad" in p and "scaleToZero.enabled" in p for p in cfg.problems)
+    assert any("never" in p and "longer than zero" in p for p in cfg.problems)
 
 
 def test_several_analyzers_with_their_own_thresholds() -> None:
