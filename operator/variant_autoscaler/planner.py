@@ -60,9 +60,11 @@ from variant_autoscaler.core.sizing import (
 )
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import ConfigError, ModelError
+from variant_autoscaler.namespace_caps import NamespaceCap, within_namespace_caps
 
 __all__ = [
     "IdleInput",
+    "NamespaceCap",
     "ObservedLoad",
     "OptimizerPlanner",
     "PlanOutcome",
@@ -221,6 +223,9 @@ class PlanRequest:
     # How the servers prefill, for the tail model (attainment classes): chunked, inside one step beside
     # the running decodes (vLLM V1, the default), or at the pace of the whole batch (WVA's accounting).
     chunked_prefill: bool = True
+    # Limited mode: GPU caps per namespace (WVA's namespace-scoped quotas), by namespace. A namespace
+    # never grows past its cap; what it holds already stays (as a Kubernetes ResourceQuota).
+    namespace_caps: Mapping[str, NamespaceCap] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +373,11 @@ class OptimizerPlanner:
     """
 
     def plan(self, request: PlanRequest) -> PlanOutcome:
+        """The plan; with namespace caps, re-planned so that the GPUs a capped namespace may not take go
+        to others (:func:`~variant_autoscaler.namespace_caps.within_namespace_caps`)."""
+        return within_namespace_caps(self._plan, request)
+
+    def _plan(self, request: PlanRequest) -> PlanOutcome:
         started = time.perf_counter()
         members: dict[str, int] = {}
         if request.group_load_is_total:

@@ -55,6 +55,18 @@ def _busy(h: Harness, target: str, pods: int, *, kv: float, waiting: float = 0.0
         h.prom.set_pod(MODEL, NS, f"{target}-7d4f8b9c6d-{i:05d}", kv=kv, waiting=waiting, **kw)
 
 
+def _on_a100_node(h: Harness, gpus: int) -> None:
+    """The cluster's inventory: one ready node with ``gpus`` A100s."""
+    node = {
+        "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    h.engine._nodes = lambda: [node_gpus(node)]
+
+
 def _status(h: Harness, name: str) -> dict[str, Any]:
     return h.status(name)
 
@@ -285,14 +297,7 @@ async def test_wvas_limiter_bounds_a_saturation_scale_up_by_the_gpus_the_nodes_h
         h.add_va(va, replicas=2)
         container = h.kube.get("deployments", NS, "vllme-l4")["spec"]["template"]["spec"]["containers"][0]
         container["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
-        node = {
-            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
-            "status": {
-                "allocatable": {"nvidia.com/gpu": str(gpus)},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        h.engine._nodes = lambda node=node: [node_gpus(node)]
+        _on_a100_node(h, gpus)
         h.load(60.0)
         _busy(h, "vllme-l4", 2, kv=0.95)
         await h.engine.run_cycle()
@@ -319,14 +324,7 @@ async def test_wvas_limiter_serves_the_scale_up_its_models_priority_makes_most_u
             spec = h.kube.get("deployments", NS, name)["spec"]["template"]["spec"]
             spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
             h.load(60.0, model=model)
-        node = {
-            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}},
-            "status": {
-                "allocatable": {"nvidia.com/gpu": "6"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        h.engine._nodes = lambda node=node: [node_gpus(node)]
+        _on_a100_node(h, 6)
         h.prom.set_pod(MODEL, NS, "vllme-a-7d4f8b9c6d-00000", kv=0.97)
         h.prom.set_pod(other, NS, "vllme-b-7d4f8b9c6d-00000", kv=0.90)
         await h.engine.run_cycle()
@@ -334,6 +332,32 @@ async def test_wvas_limiter_serves_the_scale_up_its_models_priority_makes_most_u
         assert _desired(h, served) == 2, (priority, _reason(h, served))
         assert _desired(h, held) == 1, (priority, _reason(h, held))
         assert "limited by the GPU inventory to 1 (asked 2)" in _reason(h, held)
+
+
+async def test_wvas_namespace_quota_bounds_a_namespaces_variants_in_the_plan() -> None:
+    # The final generation's namespace-scoped quota: this namespace may hold 2 A100s (the node has 8).
+    tenants = f"""enableLimiter: true
+limiters:
+  - type: gpu-inventory
+  - name: tenants
+    type: quota
+    scope: namespace
+    namespaceQuotas: {{{NS}: {{A100: 2}}, default: {{A100: 0}}}}
+"""
+    desired = {}
+    for data in ({"default": "enableLimiter: true"}, {"default": tenants}):
+        h = _harness()
+        h.kube.put(_configmap("wva-saturation-scaling-config", data))
+        h.add_va(replicas=1)
+        _on_a100_node(h, 8)
+        h.load(300.0)
+        await h.engine.run_cycle()
+        desired[data["default"]] = _desired(h, VA), _reason(h, VA)
+    free, quota = desired.values()
+    assert 2 < free[0] <= 8, free
+    assert quota[0] == 2, quota
+    assert f"limited by the namespace GPU quota ('tenants') to 2 (asked {free[0]})" in quota[1]
+    assert f"namespace {NS} may hold 2 NVIDIA-A100-PCIE-80GB, 1 held now" in quota[1]
 
 
 # --- namespace-local ConfigMaps and excluded namespaces ------------------------------------------------

@@ -4,6 +4,7 @@ operator's inputs (sloClassRef, shared load, held variants, limited mode with th
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,9 +14,11 @@ from variant_autoscaler.api.config import MainConfig, parse_main_config
 from variant_autoscaler.api.configmaps import parse_service_classes
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.planner import (
+    NamespaceCap,
     ObservedLoad,
     OptimizerPlanner,
     PlannedVariant,
+    PlanOutcome,
     PlanRequest,
     SloClassRef,
     planned_from_va,
@@ -290,3 +293,41 @@ async def test_limited_mode_without_an_inventory_holds() -> None:
     ready = next(c for c in cond if c["type"] == "OptimizationReady")
     assert ready["reason"] == "OptimizationFailed" and "GPU inventory unavailable" in ready["message"]
     assert h.replicas() == 2 and h.status()["desiredOptimizedAlloc"]["numReplicas"] == 2
+
+
+def test_a_namespace_cap_bounds_its_variants_and_its_gpus_go_to_other_namespaces() -> None:
+    """WVA's namespace-scoped quota: team-a may hold 3 A100s. Its variant is bounded to 3 replicas and
+    says why; the GPUs it may not take go to team-b's variant, in the same plan."""
+    a100 = "NVIDIA-A100-PCIE-80GB"
+    a = replace(_planned(_va("a"), 2000.0), key=("team-a", "a"))
+    b = replace(_planned(_va("b", modelID="ibm/granite-13b"), 2000.0), key=("team-b", "b"))
+    caps = {"team-a": NamespaceCap({a100: 3}, "the namespace GPU quota ('tenants')")}
+
+    def plan(capacity: int, *variants: PlannedVariant, **kw: object) -> PlanOutcome:
+        request = _request(
+            *variants,
+            capacity={a100: capacity},
+            OPTIMIZER_MODE="limited",
+            SATURATION_POLICY="PriorityExhaustive",
+        )
+        return OptimizerPlanner().plan(replace(request, **kw))  # type: ignore[arg-type]
+
+    for capacity in (64, 10):
+        free = plan(capacity, a, b)
+        capped = plan(capacity, a, b, namespace_caps=caps)
+        da, db = capped.decisions[("team-a", "a")], capped.decisions[("team-b", "b")]
+        assert free.decisions[("team-a", "a")].replicas > 3 and da.replicas == 3
+        assert "limited by the namespace GPU quota ('tenants') to 3" in da.reason
+        assert f"namespace team-a may hold 3 {a100}, 1 held now" in da.reason
+        # team-b gets what team-a may not take (more than it had beside an uncapped team-a)
+        assert db.replicas > free.decisions[("team-b", "b")].replicas
+        assert "quota" not in db.reason
+        assert da.replicas + db.replicas <= capacity
+        assert capped.room[("team-a", "a")] == 0
+    # What team-a holds already stays (a cap never takes running replicas): 5 held, cap 3.
+    held = plan(64, replace(a, current_replicas=5), b, namespace_caps=caps)
+    assert held.decisions[("team-a", "a")].replicas == 5
+    assert "5 held now" in held.decisions[("team-a", "a")].reason
+    # A namespace without a cap, or a cap on another device type, changes nothing.
+    other = {"team-c": NamespaceCap({a100: 1}), "team-a": NamespaceCap({"NVIDIA-H100-80GB-HBM3": 0})}
+    assert plan(10, a, b, namespace_caps=other).decisions == plan(10, a, b).decisions

@@ -16,9 +16,11 @@ Per entry (``default`` and per-model overrides, see :mod:`variant_autoscaler.api
                               scaleDownBoundary, parameters}``; names ``saturation`` (V2) and, ours,
                               ``saturation-v1``; others are reported and skipped
 ``enableLimiter``             bound the decisions by the GPUs there are (our limited mode)
-``limiters``                  ``{type: gpu-inventory}`` (the nodes' GPUs: our inventory),
-                              ``{type: quota, quotas: {H100: 32}}`` (at most that many GPUs of a type),
-                              ``{type: namespace-inventory}`` (read, not supported: reported)
+``limiters``                  ``{type: gpu-inventory}`` (or ``inventory``: the nodes' GPUs),
+                              ``{type: quota, quotas: {H100: 32}}`` (at most that many GPUs of a type;
+                              ``-1``: no cap), ``{type: quota, scope: namespace, namespaceQuotas:
+                              {team-a: {H100: 8}, default: {H100: 2}}, exclude: [...]}`` (per
+                              namespace), ``{type: namespace-inventory}`` (not supported: reported)
 ``priority``                  the model's weight in the GPU limiter (its saturation is multiplied by it;
                               default 1, and 0 reads as 1, as WVA reads it)
 ``enableRescale``, ``scaleToZero``  read and kept for the engine; ``scaleToZero`` may hold
@@ -49,9 +51,11 @@ from variant_autoscaler.api.wva_entries import (
 from variant_autoscaler.core.saturation import V1, V2, V1Params, V2Params
 
 __all__ = [
+    "QUOTA_UNLIMITED",
     "SATURATION_CONFIG_MAP_NAMES",
     "AnalyzerConfig",
     "Limiter",
+    "NamespaceQuota",
     "SaturationConfig",
     "SaturationSettings",
     "parse_saturation_config",
@@ -68,6 +72,13 @@ SATURATION_CONFIG_MAP_NAMES: tuple[str, ...] = (
 _T = TypeVar("_T")
 LimiterType = Literal["gpu-inventory", "quota", "namespace-inventory"]
 _LIMITER_TYPES: tuple[LimiterType, ...] = ("gpu-inventory", "quota", "namespace-inventory")
+#: WVA's last generation also spells the physical-inventory limiter ``inventory``.
+_LIMITER_ALIASES: Mapping[str, LimiterType] = {"inventory": "gpu-inventory"}
+#: A quota of -1 (Kubernetes' "no limit") leaves that accelerator type uncapped.
+QUOTA_UNLIMITED = -1
+#: The namespace key of a namespace-scoped quota that applies to every namespace it does not list.
+DEFAULT_NAMESPACE_KEY = "default"
+_MAX_QUOTA = 1 << 20
 
 _V1_KEYS = {
     "kvCacheThreshold": "kv_cache_threshold",
@@ -100,15 +111,46 @@ class AnalyzerConfig:
 @dataclass(frozen=True, slots=True)
 class Limiter:
     """A limiter entry. ``gpu-inventory`` maps onto our limited mode (the nodes' GPUs); ``quota`` onto a cap
-    on the GPUs of each type; ``namespace-inventory`` is not supported (``supported`` False)."""
+    on the GPUs of each type, cluster-wide (``quotas``) or, ``scope: namespace``, per namespace
+    (``namespace_quotas``, keyed by namespace or ``default`` for the others; ``exclude``: namespaces it
+    leaves alone); a cap of -1 is no cap. ``namespace-inventory`` is not supported (``supported``
+    False)."""
 
     type: LimiterType
     scope: str | None = None
     quotas: Mapping[str, int] = field(default_factory=dict)
+    name: str | None = None
+    namespace_quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    exclude: tuple[str, ...] = ()
 
     @property
     def supported(self) -> bool:
         return self.type != "namespace-inventory"
+
+    @property
+    def per_namespace(self) -> bool:
+        return self.type == "quota" and self.scope == "namespace"
+
+    def namespace_caps(self, namespace: str) -> Mapping[str, int] | None:
+        """The caps this namespace-scoped quota sets in ``namespace`` by accelerator type (-1: none), a
+        type it does not name getting none at all (WVA's rule); None where it sets nothing (another
+        scope, or the namespace excluded)."""
+        if not self.per_namespace or namespace in self.exclude:
+            return None
+        if namespace in self.namespace_quotas:
+            return self.namespace_quotas[namespace]
+        return self.namespace_quotas.get(DEFAULT_NAMESPACE_KEY, {})
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceQuota:
+    """The GPUs one namespace's variants may hold by accelerator type (WVA's namespace-scoped quota
+    limiters, the smallest where several apply): ``caps`` for the types they name (None: no cap), and
+    ``others`` for every type none names (0: none, WVA's rule). ``limiters`` names them, for reasons."""
+
+    caps: Mapping[str, int | None]
+    others: int
+    limiters: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,14 +185,36 @@ class SaturationSettings:
         return self.enable_limiter and any(lim.type == "gpu-inventory" for lim in self.limiters)
 
     def gpu_quotas(self) -> dict[str, int]:
-        """GPUs each accelerator type may use at most (the smallest quota where several name it)."""
+        """GPUs each accelerator type may use at most, cluster-wide (the smallest quota where several
+        name it; -1 caps nothing)."""
         caps: dict[str, int] = {}
         if not self.enable_limiter:
             return caps
         for lim in self.limiters:
+            if lim.per_namespace:
+                continue
             for acc, count in lim.quotas.items():
-                caps[acc] = min(count, caps.get(acc, count))
+                if count != QUOTA_UNLIMITED:
+                    caps[acc] = min(count, caps.get(acc, count))
         return caps
+
+    def namespace_quota(self, namespace: str) -> NamespaceQuota | None:
+        """What the namespace-scoped quota limiters let ``namespace`` hold (None: none applies)."""
+        applying = [
+            (lim, caps)
+            for lim in self.limiters
+            if self.enable_limiter and (caps := lim.namespace_caps(namespace)) is not None
+        ]
+        if not applying:
+            return None
+        types = sorted({acc for _, caps in applying for acc in caps})
+        out: dict[str, int | None] = {}
+        for acc in types:
+            found = [caps.get(acc, 0) for _, caps in applying]
+            capped = [c for c in found if c != QUOTA_UNLIMITED]
+            out[acc] = min(capped) if capped else None
+        names = tuple(lim.name or f"quota limiter {i + 1}" for i, (lim, _) in enumerate(applying))
+        return NamespaceQuota(out, 0, names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,23 +336,77 @@ def _analyzer_list(where: str, raw: object) -> tuple[tuple[str, Mapping[str, Any
     return tuple(out)
 
 
-def _limiters(where: str, raw: object) -> tuple[Limiter, ...]:
+def _type_caps(where: str, raw: object) -> dict[str, int]:
+    """An accelerator type -> GPUs map of a quota (whole numbers from -1, no cap, to 2^20)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise EntryError(f"{where} must map accelerator types to GPU counts")
+    out: dict[str, int] = {}
+    for key, value in raw.items():
+        if not str(key).strip():
+            raise EntryError(f"{where}: an accelerator type name is empty")
+        count = as_float(f"{where}.{key}", value, low=QUOTA_UNLIMITED, high=_MAX_QUOTA)
+        if count != int(count):
+            raise EntryError(f"{where}.{key} = {value!r} must be a whole number of GPUs (-1: no cap)")
+        out[str(key)] = int(count)
+    return out
+
+
+def _limiters(where: str, raw: object) -> tuple[tuple[Limiter, ...], list[str]]:
+    """The limiters of an entry, and what is read but not applied (reported, not fatal)."""
     if not isinstance(raw, list):
         raise EntryError(f"{where}.limiters must be a list")
     out: list[Limiter] = []
+    notes: list[str] = []
     for i, item in enumerate(raw):
         at = f"{where}.limiters[{i}]"
         kind = item.get("type") if isinstance(item, Mapping) else None
+        kind = _LIMITER_ALIASES.get(str(kind), kind)
         if kind not in _LIMITER_TYPES:
-            raise EntryError(f"{at}: type must be one of {', '.join(_LIMITER_TYPES)}, got {kind!r}")
+            raise EntryError(
+                f"{at}: type must be one of {', '.join((*_LIMITER_TYPES, *_LIMITER_ALIASES))}, got {kind!r}"
+            )
         assert isinstance(item, Mapping)
-        quotas_raw = item.get("quotas") or {}
-        if not isinstance(quotas_raw, Mapping):
-            raise EntryError(f"{at}.quotas must map accelerator types to GPU counts")
-        quotas = {str(k): int(as_float(f"{at}.quotas.{k}", v, high=1e6)) for k, v in quotas_raw.items()}
+        name = item.get("name")
         scope = item.get("scope")
-        out.append(Limiter(kind, str(scope) if scope is not None else None, quotas))
-    return tuple(out)
+        quotas = _type_caps(f"{at}.quotas", item.get("quotas"))
+        per_ns_raw = item.get("namespaceQuotas")
+        if per_ns_raw is not None and not isinstance(per_ns_raw, Mapping):
+            raise EntryError(f"{at}.namespaceQuotas must map namespaces to accelerator types and GPUs")
+        per_ns = {
+            str(ns): _type_caps(f"{at}.namespaceQuotas.{ns}", caps) for ns, caps in (per_ns_raw or {}).items()
+        }
+        exclude_raw = item.get("exclude") or []
+        if not isinstance(exclude_raw, list) or not all(
+            isinstance(n, str) and n.strip() for n in exclude_raw
+        ):
+            raise EntryError(f"{at}.exclude must be a list of namespace names")
+        if kind == "quota":
+            if scope not in (None, "cluster", "namespace"):
+                raise EntryError(f'{at}.scope must be "cluster" or "namespace", got {scope!r}')
+            if scope == "namespace" and quotas:
+                raise EntryError(
+                    f"{at}: quotas is for cluster scope; a namespace-scoped one has namespaceQuotas"
+                )
+            if scope != "namespace" and (per_ns or exclude_raw):
+                raise EntryError(f"{at}: namespaceQuotas and exclude need scope: namespace")
+        elif quotas or per_ns or exclude_raw or scope is not None:
+            notes.append(f"{at}: a {kind} limiter takes no scope or quotas (ignored)")
+            scope, quotas, per_ns, exclude_raw = None, {}, {}, []
+        if kind == "namespace-inventory":
+            notes.append(f"{at}: the namespace-inventory limiter is not supported (ignored)")
+        out.append(
+            Limiter(
+                kind,
+                str(scope) if scope is not None else None,
+                quotas,
+                name=str(name) if name is not None else None,
+                namespace_quotas=per_ns,
+                exclude=tuple(exclude_raw),
+            )
+        )
+    return tuple(out), notes
 
 
 def _layer(where: str, entry: Entry) -> tuple[_Layer, list[str]]:
@@ -297,6 +415,10 @@ def _layer(where: str, entry: Entry) -> tuple[_Layer, list[str]]:
     unknown = [
         f"{where}: unknown key {k!r} (ignored)" for k in f if k not in {*_V1_KEYS, *_V2_KEYS, *_OTHER_KEYS}
     ]
+    limiters: tuple[Limiter, ...] | None = None
+    if "limiters" in f:
+        limiters, notes = _limiters(where, f["limiters"])
+        unknown.extend(notes)
     name = f.get("analyzerName")
     if name is not None and name not in ("", "saturation"):
         raise EntryError(f'{where}.analyzerName must be "" (V1) or "saturation" (V2), got {name!r}')
@@ -319,7 +441,7 @@ def _layer(where: str, entry: Entry) -> tuple[_Layer, list[str]]:
         enable_limiter=as_bool(f"{where}.enableLimiter", f["enableLimiter"])
         if "enableLimiter" in f
         else None,
-        limiters=_limiters(where, f["limiters"]) if "limiters" in f else None,
+        limiters=limiters,
         # 0 is WVA's "unset" (its default, 1, applies).
         priority=(as_float(f"{where}.priority", f["priority"], high=1e6) or None)
         if "priority" in f

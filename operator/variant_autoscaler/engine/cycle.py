@@ -53,6 +53,7 @@ from variant_autoscaler.adapters.kube import (
 )
 from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig
+from variant_autoscaler.api.saturation_config import NamespaceQuota
 from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.core.decision import decide, report, report_invalid
@@ -80,7 +81,14 @@ from variant_autoscaler.engine.translate import (
 )
 from variant_autoscaler.engine.zero import Sleeper, ZeroWaker
 from variant_autoscaler.errors import CollectionError, ConfigError, KubeError, VariantAutoscalerError
-from variant_autoscaler.planner import Planner, PlanOutcome, PlanRequest, VariantKey, optimizer_config
+from variant_autoscaler.planner import (
+    NamespaceCap,
+    Planner,
+    PlanOutcome,
+    PlanRequest,
+    VariantKey,
+    optimizer_config,
+)
 from variant_autoscaler.settings import Settings
 
 __all__ = ["CycleReport", "Engine", "LeaderLike", "VariantOutcome"]
@@ -648,8 +656,13 @@ class Engine:
         # with gpu-inventory is our limited mode, a quota caps the GPUs of a type on top of it.
         limits = cycle.saturation.for_model("", "")
         quotas = limits.gpu_quotas()
+        per_namespace = {
+            ns: quota
+            for ns in sorted({v.key[0] for v in planned})
+            if (quota := limits.namespace_quota(ns)) is not None
+        }
         capacity: dict[str, int] | None = None
-        if cfg.optimizer_mode == "limited" or limits.limited_mode or quotas:
+        if cfg.optimizer_mode == "limited" or limits.limited_mode or quotas or per_namespace:
             try:
                 capacity = _with_quotas(await self._capacity(contexts), quotas, accelerators)
             except CollectionError as exc:
@@ -672,6 +685,11 @@ class Engine:
             capacity=capacity,
             saturation_floor=cfg.saturation_floor,
             chunked_prefill=cfg.chunked_prefill,
+            namespace_caps={
+                ns: _namespace_cap(quota, capacity, accelerators) for ns, quota in per_namespace.items()
+            }
+            if capacity is not None
+            else {},
         )
         started = time.monotonic()
         try:
@@ -808,6 +826,28 @@ class Engine:
             cost = planned.replica_cost(accelerators) if planned is not None else 0.0
             out.append(Sleeper(ctx.key, ctx.model_id, ref[0], ref[1], ref[2], cost, ctx.body))
         return out
+
+
+def _namespace_cap(
+    quota: NamespaceQuota, capacity: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
+) -> NamespaceCap:
+    """WVA's namespace-scoped quota on the device types of the inventory: each accelerator type it names
+    (as in accelerator-unit-costs, or by its device type) capped as it says; every other device type of
+    the inventory at what it gives the types it does not name (none)."""
+    devices: dict[str, int] = {}
+    uncapped: set[str] = set()
+    for name, cap in quota.caps.items():
+        acc = accelerators.get(name)
+        device = acc.device if acc is not None else name
+        if cap is None:
+            uncapped.add(device)
+        else:
+            devices[device] = min(cap, devices.get(device, cap))
+    for device in capacity:
+        if device not in devices and device not in uncapped:
+            devices[device] = quota.others
+    names = ", ".join(repr(n) for n in quota.limiters)
+    return NamespaceCap(devices, f"the namespace GPU quota ({names})")
 
 
 def _with_quotas(

@@ -207,6 +207,66 @@ def test_priority_and_the_inline_scale_to_zero_of_a_saturation_entry() -> None:
     assert any("never" in p and "longer than zero" in p for p in cfg.problems)
 
 
+def test_quota_limiters_of_wvas_last_generation() -> None:
+    cfg = parse_saturation_config(
+        {
+            "default": """enableLimiter: true
+limiters:
+  - type: inventory
+  - name: cluster-cap
+    type: quota
+    scope: cluster
+    quotas: {H100: 32, A100: -1}
+  - name: tenants
+    type: quota
+    scope: namespace
+    namespaceQuotas:
+      team-a: {H100: 8, A100: -1}
+      default: {H100: 2}
+    exclude: [ml-platform]
+  - name: tighter
+    type: quota
+    scope: namespace
+    namespaceQuotas: {team-a: {H100: 4, L40S: 1}}
+  - type: namespace-inventory
+"""
+        }
+    )
+    settings = cfg.for_model("m", "team-a")
+    assert settings.limited_mode  # "inventory" is gpu-inventory
+    assert settings.gpu_quotas() == {"H100": 32}  # -1: no cap; namespace-scoped ones are not cluster caps
+    team_a = settings.namespace_quota("team-a")
+    assert team_a is not None and team_a.limiters == ("tenants", "tighter")
+    # the smaller of the two; A100 uncapped by "tenants" but not named by "tighter": none (WVA's rule)
+    assert team_a.caps == {"A100": 0, "H100": 4, "L40S": 0} and team_a.others == 0
+    other = settings.namespace_quota("team-b")  # "default" of "tenants"; "tighter" names no default: none
+    assert other is not None and other.caps == {"H100": 0}
+    assert settings.namespace_quota("ml-platform") is not None  # excluded from "tenants" only
+    assert any("namespace-inventory limiter is not supported" in p for p in cfg.problems)
+    # without enableLimiter no limiter applies
+    off = parse_saturation_config(
+        {"default": "limiters: [{type: quota, scope: namespace, namespaceQuotas: {}}]"}
+    )
+    assert off.for_model("m", "x").namespace_quota("x") is None
+
+
+@pytest.mark.parametrize(
+    ("limiter", "error"),
+    [
+        ("{type: quota, scope: region}", "scope must be"),
+        ("{type: quota, scope: namespace, quotas: {H100: 2}}", "quotas is for cluster scope"),
+        ("{type: quota, namespaceQuotas: {a: {H100: 2}}}", "need scope: namespace"),
+        ("{type: quota, quotas: {H100: -2}}", "must be between"),
+        ("{type: quota, quotas: {H100: 1.5}}", "whole number"),
+        ("{type: quota, scope: namespace, exclude: [1]}", "exclude must be a list"),
+        ("{type: reservation}", "type must be one of"),
+    ],
+)
+def test_a_bad_quota_limiter_skips_its_entry_and_says_why(limiter: str, error: str) -> None:
+    cfg = parse_saturation_config({"default": f"enableLimiter: true\nlimiters: [{limiter}]"})
+    assert not cfg.entries and any(error in p for p in cfg.problems), cfg.problems
+
+
 def test_several_analyzers_with_their_own_thresholds() -> None:
     cfg = parse_saturation_config(
         {

@@ -1,0 +1,189 @@
+"""Namespace GPU caps in the one plan: WVA's namespace-scoped quota limiter.
+
+A platform admin gives each tenant namespace a number of GPUs per accelerator type (the saturation
+ConfigMap's ``limiters: [{type: quota, scope: namespace, namespaceQuotas: ...}]``). In limited mode the
+planner keeps every namespace within its cap:
+
+1. plan as usual (one MILP over every variant and the inventory);
+2. where the variants of a capped namespace grow past its cap on a device type, grant the GPUs it may
+   still take to its most urgent scale-ups (:func:`~variant_autoscaler.core.sizing.limit_scale_ups`:
+   the model's saturation ``priority``, times its KV-cache usage where known), and bound the others;
+3. plan again with those bounds, so that the GPUs the namespace may not take go to other namespaces
+   (a few rounds: a bounded variant may move the plan elsewhere), then cut whatever is still past a cap.
+
+What a namespace holds already stays, as with a Kubernetes ResourceQuota: its cap is never below the
+GPUs its replicas hold now, and no replica that runs is taken away for a cap. Every bounded decision's
+reason names the quota, the namespace, its cap and what it holds. The burst guard's room is bounded the
+same way.
+
+Pure: the plan function is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from variant_autoscaler.core.sizing import ScaleUp, limit_scale_ups
+
+if TYPE_CHECKING:
+    from variant_autoscaler.planner import PlannedVariant, PlanOutcome, PlanRequest, VariantKey
+
+__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "within_namespace_caps"]
+
+#: Re-plans at most this often for namespace caps before cutting what is still past them.
+QUOTA_ROUNDS = 3
+
+_Cell = tuple[str, str]  # (namespace, device type)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceCap:
+    """The GPUs one namespace's variants may hold together, per device type (a device type not listed
+    is not capped here), and what says so (for reasons)."""
+
+    devices: Mapping[str, int]
+    source: str = "the namespace's GPU quota"
+
+
+def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: PlanRequest) -> PlanOutcome:
+    """``plan(request)``, kept within ``request.namespace_caps`` (limited mode; see the module doc)."""
+    outcome = plan(request)
+    if request.capacity is None or not request.namespace_caps:
+        return outcome
+    bounded = request
+    notes: dict[VariantKey, tuple[int, str]] = {}
+    for _ in range(QUOTA_ROUNDS):
+        cuts = _cuts(bounded, outcome)
+        if not cuts:
+            break
+        notes.update(cuts)
+        bounded = replace(bounded, variants=tuple(_bounded(v, cuts.get(v.key)) for v in bounded.variants))
+        outcome = plan(bounded)
+    cuts = _cuts(bounded, outcome)
+    notes.update(cuts)
+    by_key = {v.key: v for v in request.variants}
+    decisions = dict(outcome.decisions)
+    for key, (allowed, note) in notes.items():
+        d = decisions.get(key)
+        if d is None:
+            continue
+        if key in cuts:  # still past the cap after the rounds: cut here, without predictions
+            cost = allowed * by_key[key].replica_cost(request.accelerators)
+            d = replace(d, replicas=allowed, cost=cost, ttft_ms=None, itl_ms=None)
+        if d.replicas >= allowed:
+            d = replace(d, reason=f"{d.reason}; {note}")
+        decisions[key] = d
+    outcome = replace(outcome, decisions=decisions)
+    return replace(outcome, room=_room(request, outcome))
+
+
+def _placement(v: PlannedVariant, accelerator: str | None, request: PlanRequest) -> tuple[str, int] | None:
+    """The device type and GPUs per replica of ``v`` on ``accelerator`` (None: unknown). A variant
+    sized by saturation runs where its pod template says (``v.gpus``)."""
+    if not v.sized_by_model:
+        if v.gpus is None:
+            return None
+        acc = request.accelerators.get(v.gpus[0])
+        return (acc.device, v.gpus[1]) if acc is not None and v.gpus[1] > 0 else None
+    acc = request.accelerators.get(accelerator or "")
+    profile = next((p for p in v.profiles if p.accelerator == accelerator), None)
+    if acc is None or profile is None:
+        return None
+    return acc.device, profile.acc_count * acc.multiplicity
+
+
+def _usage(request: PlanRequest, outcome: PlanOutcome) -> tuple[dict[_Cell, int], dict[_Cell, int]]:
+    """GPUs per (namespace, device type) held now and planned, for the namespaces with a cap."""
+    held: dict[_Cell, int] = {}
+    planned: dict[_Cell, int] = {}
+    for v in request.variants:
+        if v.key[0] not in request.namespace_caps:
+            continue
+        now = _placement(v, v.accelerator, request)
+        if now is not None:
+            cell = (v.key[0], now[0])
+            held[cell] = held.get(cell, 0) + v.current_replicas * now[1]
+        d = outcome.decisions.get(v.key)
+        on = _placement(v, d.accelerator or v.accelerator, request) if d is not None else now
+        if on is not None:
+            cell = (v.key[0], on[0])
+            planned[cell] = (
+                planned.get(cell, 0) + (d.replicas if d is not None else v.current_replicas) * on[1]
+            )
+    return held, planned
+
+
+def _limit(request: PlanRequest, held: Mapping[_Cell, int], cell: _Cell) -> int | None:
+    """The GPUs of a device type a namespace may hold: its cap, or what it holds now when that is more
+    (None: not capped)."""
+    cap = request.namespace_caps.get(cell[0])
+    if cap is None or cell[1] not in cap.devices:
+        return None
+    return max(cap.devices[cell[1]], held.get(cell, 0))
+
+
+def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, tuple[int, str]]:
+    """The variants whose planned scale-ups take their namespace past its cap on a device type: the
+    replicas each may have, and why."""
+    held, planned = _usage(request, outcome)
+    groups: dict[_Cell, list[tuple[PlannedVariant, int, int, int]]] = {}
+    for v in request.variants:
+        d = outcome.decisions.get(v.key)
+        on = _placement(v, d.accelerator or v.accelerator, request) if d is not None else None
+        if d is None or on is None or _limit(request, held, (v.key[0], on[0])) is None:
+            continue
+        now = _placement(v, v.accelerator, request)
+        base = v.current_replicas if now is not None and now[0] == on[0] else 0
+        groups.setdefault((v.key[0], on[0]), []).append((v, base, d.replicas, on[1]))
+    cuts: dict[VariantKey, tuple[int, str]] = {}
+    for cell, members in sorted(groups.items()):
+        limit = _limit(request, held, cell)
+        if limit is None or planned.get(cell, 0) <= limit:
+            continue
+        namespace, device = cell
+        stay = sum(min(base, replicas) * units for _, base, replicas, units in members)
+        asks = [
+            _ask(v, device, units, base, replicas) for v, base, replicas, units in members if replicas > base
+        ]
+        by_name = {f"{v.key[0]}/{v.key[1]}": (v, replicas, units) for v, _, replicas, units in members}
+        cap = request.namespace_caps[namespace]
+        for name, granted in limit_scale_ups(asks, {device: limit - stay}).items():
+            v, asked, units = by_name[name]
+            allowed = max(granted, v.current_replicas)
+            cuts[v.key] = (
+                allowed,
+                f"limited by {cap.source} to {allowed} (asked {asked}): namespace {namespace} may hold "
+                f"{cap.devices[device]} {device}, {held.get(cell, 0)} held now, {units} per replica",
+            )
+    return cuts
+
+
+def _ask(v: PlannedVariant, device: str, units: int, base: int, replicas: int) -> ScaleUp:
+    metrics = v.saturation.metrics if v.saturation is not None else ()
+    spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 0.0
+    return ScaleUp(f"{v.key[0]}/{v.key[1]}", device, units, base, replicas, spare, v.saturation_priority)
+
+
+def _bounded(v: PlannedVariant, cut: tuple[int, str] | None) -> PlannedVariant:
+    """``v`` with at most the replicas a namespace cap leaves it."""
+    if cut is None:
+        return v
+    top = cut[0] if v.max_replicas is None else min(v.max_replicas, cut[0])
+    return replace(v, max_replicas=top, min_replicas=min(v.min_replicas, top))
+
+
+def _room(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, int]:
+    """The burst guard's room per variant, within its namespace's cap too."""
+    held, planned = _usage(request, outcome)
+    room = dict(outcome.room)
+    for v in request.variants:
+        on = _placement(v, v.accelerator, request)
+        if on is None or v.key not in room:
+            continue
+        limit = _limit(request, held, (v.key[0], on[0]))
+        if limit is not None:
+            left = limit - planned.get((v.key[0], on[0]), 0)
+            room[v.key] = max(0, min(room[v.key], left // on[1]))
+    return room
