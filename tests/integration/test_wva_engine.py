@@ -424,24 +424,51 @@ def _gpu_deployment(namespace: str, name: str, gpus: int) -> dict[str, Any]:
     return body
 
 
+def _saturated_a100_va(
+    cluster: LocalCluster,
+    standin: VllmStandIn,
+    ns: str,
+    name: str,
+    instance: str,
+    model: str = "default/default",
+) -> str:
+    """A saturation-sized VA (WVA's final shape, labelled for ``instance``) on a Deployment of one replica
+    holding two A100s, rolled out, its pod reporting a KV cache 95 % full: it asks for a second replica.
+    Returns the stand-in pod's name."""
+    cluster.apply(_gpu_deployment(ns, name, 2))
+    va = yaml.safe_load((ROOT / "deploy/samples/variantautoscaling-final.yaml").read_text())
+    va["metadata"].update(namespace=ns, name=name)
+    va["metadata"]["labels"] = {
+        "inference.optimization/acceleratorName": "A100",
+        "wva.llmd.ai/controller-instance": instance,
+    }
+    va["spec"]["scaleTargetRef"]["name"] = name
+    va["spec"]["actuation"] = {"mode": "patch"}
+    cluster.apply(va)
+    cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=90s")
+    pod = f"{name}-6b9f7c5d4f-k2x7q"
+    standin.pod(model, ns, pod, rpm=RPM, kv_usage=0.95)
+    return pod
+
+
+def _saturation_config(default: str) -> dict[str, Any]:
+    """The operator namespace's saturation ConfigMap with this ``default`` entry."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "wva-saturation-scaling-config", "namespace": OPERATOR_NS},
+        "data": {"default": default},
+    }
+
+
 def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
     full_cluster: LocalCluster, sa_config: Path, full_namespace: str, standin: VllmStandIn, tmp_path: Path
 ) -> None:
     """WVA's ``enableLimiter`` over a saturation-sized VA, on the cluster's real inventory (two kwok nodes
     of four A100s, the real scheduler): while other pods hold every A100 its saturated replica gets no
     second one, and the status says why; once they are gone it scales."""
-    ns, name, model = full_namespace, "vllme-a100", "default/default"
-    full_cluster.apply(_gpu_deployment(ns, name, 2))
-    va = yaml.safe_load((ROOT / "deploy/samples/variantautoscaling-final.yaml").read_text())
-    va["metadata"].update(namespace=ns, name=name)
-    va["metadata"]["labels"] = {
-        "inference.optimization/acceleratorName": "A100",
-        "wva.llmd.ai/controller-instance": "limiter-test",
-    }
-    va["spec"]["scaleTargetRef"]["name"] = name
-    va["spec"]["actuation"] = {"mode": "patch"}
-    full_cluster.apply(va)
-    full_cluster.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=90s")
+    ns, name = full_namespace, "vllme-a100"
+    pod = _saturated_a100_va(full_cluster, standin, ns, name, "limiter-test")
     # The other six A100s: four on the node our replica does not use, two beside it.
     hogs = [_gpu_deployment(ns, "hog-4", 4), _gpu_deployment(ns, "hog-2", 2)]
     for hog in hogs:
@@ -449,14 +476,7 @@ def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
         full_cluster.kubectl(
             "rollout", "status", "-n", ns, f"deployment/{hog['metadata']['name']}", "--timeout=90s"
         )
-    standin.pod(model, ns, f"{name}-6b9f7c5d4f-k2x7q", rpm=RPM, kv_usage=0.95)
-    limiter = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "wva-saturation-scaling-config", "namespace": OPERATOR_NS},
-        "data": {"default": "enableLimiter: true\n"},
-    }
-    full_cluster.apply(limiter)
+    full_cluster.apply(_saturation_config("enableLimiter: true\n"))
     env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "limiter-test"}
     operator = OperatorProcess(sa_config, None, tmp_path, env=env)
 
@@ -484,4 +504,48 @@ def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
         )
         for hog in hogs:
             full_cluster.kubectl("delete", "deployment", "-n", ns, hog["metadata"]["name"], check=False)
-        standin.remove(ns, f"{name}-6b9f7c5d4f-k2x7q")
+        standin.remove(ns, pod)
+
+
+def test_wvas_namespace_quota_caps_a_namespace_below_the_inventory_until_it_is_raised(
+    full_cluster: LocalCluster, sa_config: Path, full_namespace: str, standin: VllmStandIn, tmp_path: Path
+) -> None:
+    """WVA's namespace-scoped quota limiter: the namespace may hold 2 A100s (the cluster has 8 free), so
+    its saturated variant gets no second replica and its status says why; the ConfigMap edited to 4,
+    the next cycle scales it."""
+    ns, name = full_namespace, "vllme-quota"
+    pod = _saturated_a100_va(full_cluster, standin, ns, name, "quota-test")
+
+    def quota(gpus: int) -> dict[str, Any]:
+        tenants = {
+            "name": "tenants",
+            "type": "quota",
+            "scope": "namespace",
+            "namespaceQuotas": {ns: {"A100": gpus}},
+        }
+        limiters = yaml.safe_dump({"limiters": [{"type": "gpu-inventory"}, tenants]})
+        return _saturation_config(f"enableLimiter: true\n{limiters}")
+
+    full_cluster.apply(quota(2))
+    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "quota-test"}
+    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
+    try:
+        _series_ready(full_cluster, ns)
+        with running(operator):
+            decided = _decided_saying(
+                full_cluster, ns, name, "namespace GPU quota", "a scale-up limited by the namespace's quota"
+            )
+            assert "limited by the namespace GPU quota ('tenants') to 1 (asked 2)" in _reason(decided)
+            assert f"namespace {ns} may hold 2 NVIDIA-A100-PCIE-80GB, 2 held now" in _reason(decided)
+            assert _replicas(full_cluster, ns, name) == 1
+            full_cluster.apply(quota(4))
+            wait_for(
+                lambda: _replicas(full_cluster, ns, name) == 2,
+                timeout=120,
+                what="the scale-up the quota allows",
+            )
+    finally:
+        full_cluster.kubectl(
+            "delete", "configmap", "-n", OPERATOR_NS, "wva-saturation-scaling-config", check=False
+        )
+        standin.remove(ns, pod)
