@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from variant_autoscaler.core.sizing import ScaleUp, limit_scale_ups
 
 if TYPE_CHECKING:
+    from variant_autoscaler.core.model import Plan
     from variant_autoscaler.planner import PlannedVariant, PlanOutcome, PlanRequest, VariantKey
 
 __all__ = ["QUOTA_ROUNDS", "NamespaceCap", "within_namespace_caps"]
@@ -36,6 +37,9 @@ __all__ = ["QUOTA_ROUNDS", "NamespaceCap", "within_namespace_caps"]
 QUOTA_ROUNDS = 3
 
 _Cell = tuple[str, str]  # (namespace, device type)
+# The replicas a cap leaves a variant, why, and whether it must stay on the accelerator it runs on (the
+# plan moved it onto a capped device type: bounding its count would bound it where it runs too).
+_Cut = tuple[int, str, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: P
     if request.capacity is None or not request.namespace_caps:
         return outcome
     bounded = request
-    notes: dict[VariantKey, tuple[int, str]] = {}
+    notes: dict[VariantKey, _Cut] = {}
     for _ in range(QUOTA_ROUNDS):
         cuts = _cuts(bounded, outcome)
         if not cuts:
@@ -65,18 +69,42 @@ def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: P
     notes.update(cuts)
     by_key = {v.key: v for v in request.variants}
     decisions = dict(outcome.decisions)
-    for key, (allowed, note) in notes.items():
+    for key, (allowed, note, stay) in notes.items():
         d = decisions.get(key)
         if d is None:
             continue
+        v = by_key[key]
         if key in cuts:  # still past the cap after the rounds: cut here, without predictions
-            cost = allowed * by_key[key].replica_cost(request.accelerators)
-            d = replace(d, replicas=allowed, cost=cost, ttft_ms=None, itl_ms=None)
-        if d.replicas >= allowed:
+            where = v.accelerator or d.accelerator if stay else d.accelerator
+            cost = allowed * v.replica_cost(request.accelerators)
+            d = replace(d, accelerator=where, replicas=allowed, cost=cost, ttft_ms=None, itl_ms=None)
+        if d.replicas >= allowed or stay:
             d = replace(d, reason=f"{d.reason}; {note}")
         decisions[key] = d
     outcome = replace(outcome, decisions=decisions)
+    outcome = replace(outcome, plan=_with_notes(outcome, notes))
     return replace(outcome, room=_room(request, outcome))
+
+
+def _with_notes(outcome: PlanOutcome, notes: Mapping[VariantKey, _Cut]) -> Plan | None:
+    """The optimizer's own plan (what ``plan -f`` prints) with the decisions as the caps left them."""
+    if outcome.plan is None:
+        return None
+    core = dict(outcome.plan.decisions)
+    for key, (_, note, _) in notes.items():
+        name, d = f"{key[0]}/{key[1]}", outcome.decisions.get(key)
+        if name not in core or d is None:
+            continue
+        c = core[name]
+        reason = f"{c.reason}; {note}" if d.reason.endswith(note) else c.reason
+        core[name] = replace(
+            c,
+            accelerator=d.accelerator or c.accelerator,
+            replicas=d.replicas,
+            cost=c.cost if d.cost is None else d.cost,
+            reason=reason,
+        )
+    return replace(outcome.plan, decisions=core, total_cost=sum(c.cost for c in core.values()))
 
 
 def _placement(v: PlannedVariant, accelerator: str | None, request: PlanRequest) -> tuple[str, int] | None:
@@ -124,7 +152,7 @@ def _limit(request: PlanRequest, held: Mapping[_Cell, int], cell: _Cell) -> int 
     return max(cap.devices[cell[1]], held.get(cell, 0))
 
 
-def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, tuple[int, str]]:
+def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, _Cut]:
     """The variants whose planned scale-ups take their namespace past its cap on a device type: the
     replicas each may have, and why."""
     held, planned = _usage(request, outcome)
@@ -137,26 +165,30 @@ def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, tuple[
         now = _placement(v, v.accelerator, request)
         base = v.current_replicas if now is not None and now[0] == on[0] else 0
         groups.setdefault((v.key[0], on[0]), []).append((v, base, d.replicas, on[1]))
-    cuts: dict[VariantKey, tuple[int, str]] = {}
+    cuts: dict[VariantKey, _Cut] = {}
     for cell, members in sorted(groups.items()):
         limit = _limit(request, held, cell)
         if limit is None or planned.get(cell, 0) <= limit:
             continue
         namespace, device = cell
-        stay = sum(min(base, replicas) * units for _, base, replicas, units in members)
+        # What stays on the device (variants not re-planned included) beside the planned growth.
+        growth = sum(max(0, replicas - base) * units for _, base, replicas, units in members)
+        stay = planned.get(cell, 0) - growth
         asks = [
             _ask(v, device, units, base, replicas) for v, base, replicas, units in members if replicas > base
         ]
-        by_name = {f"{v.key[0]}/{v.key[1]}": (v, replicas, units) for v, _, replicas, units in members}
+        by_name = {f"{v.key[0]}/{v.key[1]}": member for member in members for v in (member[0],)}
         cap = request.namespace_caps[namespace]
+        what = f"namespace {namespace} may hold {cap.devices[device]} {device}, {held.get(cell, 0)} held now"
         for name, granted in limit_scale_ups(asks, {device: limit - stay}).items():
-            v, asked, units = by_name[name]
-            allowed = max(granted, v.current_replicas)
-            cuts[v.key] = (
-                allowed,
-                f"limited by {cap.source} to {allowed} (asked {asked}): namespace {namespace} may hold "
-                f"{cap.devices[device]} {device}, {held.get(cell, 0)} held now, {units} per replica",
-            )
+            v, base, asked, units = by_name[name]
+            if base == 0 and v.current_replicas > 0 and v.accelerator:
+                # The plan moved it here: it stays where it runs, as it is.
+                note = f"kept on {v.accelerator} by {cap.source} (the plan moved it to {device}): {what}"
+                cuts[v.key] = (v.current_replicas, note, True)
+                continue
+            note = f"limited by {cap.source} to {granted} (asked {asked}): {what}, {units} per replica"
+            cuts[v.key] = (max(granted, base), note, False)
     return cuts
 
 
@@ -166,12 +198,15 @@ def _ask(v: PlannedVariant, device: str, units: int, base: int, replicas: int) -
     return ScaleUp(f"{v.key[0]}/{v.key[1]}", device, units, base, replicas, spare, v.saturation_priority)
 
 
-def _bounded(v: PlannedVariant, cut: tuple[int, str] | None) -> PlannedVariant:
-    """``v`` with at most the replicas a namespace cap leaves it."""
+def _bounded(v: PlannedVariant, cut: _Cut | None) -> PlannedVariant:
+    """``v`` with at most the replicas a namespace cap leaves it, or kept where it runs."""
     if cut is None:
         return v
+    # Kept on its accelerator: a bound on its count must not send it to another one.
+    if cut[2]:
+        return replace(v, keep_accelerator=True)
     top = cut[0] if v.max_replicas is None else min(v.max_replicas, cut[0])
-    return replace(v, max_replicas=top, min_replicas=min(v.min_replicas, top))
+    return replace(v, keep_accelerator=True, max_replicas=top, min_replicas=min(v.min_replicas, top))
 
 
 def _room(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, int]:

@@ -190,6 +190,7 @@ def test_the_queueing_model_configmap_gives_classless_models_their_slos(
         ({"serviceClasses": [{"priority": 1}]}, "field 'serviceClasses'"),
         ({"capacity": {"NVIDIA-A100-PCIE-80GB": -1}}, "field 'capacity.NVIDIA-A100-PCIE-80GB'"),
         ({"capacity": {"NVIDIA-A100-PCIE-80GB": "many"}}, "field 'capacity.NVIDIA-A100-PCIE-80GB'"),
+        ({"namespaceCapacity": {"team": {"NVIDIA-A100-PCIE-80GB": -1}}}, "field 'namespaceCapacity.team."),
         ({"extra": 1}, "field 'extra'"),
     ],
 )
@@ -265,3 +266,24 @@ def test_kept_replicas_beyond_the_current_ones_are_refused(
     (decision,) = json.loads(out)["variants"].values()
     assert decision["outcome"] == "invalid"
     assert "field 'keptReplicas': 2 is more than currentReplicas (1)" in decision["reason"]
+
+
+def test_namespace_capacity_caps_a_namespaces_variants(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    document = base_document()
+    document["capacity"] = {"NVIDIA-A100-PCIE-80GB": 16, "Intel-Gaudi-2-96GB": 2}
+    _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    free = json.loads(out)["variants"]["llm-d-sim/premium-a"]
+    assert free["accelerator"] == "A100" and free["replicas"] > 2
+    document["namespaceCapacity"] = {"llm-d-sim": {"NVIDIA-A100-PCIE-80GB": 2}}
+    _, out, _ = run_plan(capfd, "-f", str(write(tmp_path, document)), "-o", "json")
+    variants = json.loads(out)["variants"]
+    on_a100 = [d for d in variants.values() if d["accelerator"] == "A100"]
+    # The namespace holds 3 A100s now (premium-a, free, no-metrics), over its cap of 2: it keeps them and
+    # grows no further; premium-b, which the plan would move onto A100s, stays on its Gaudis.
+    assert sum(d["replicas"] for d in on_a100) == 3
+    assert "limited by the plan file's namespaceCapacity to 1" in variants["llm-d-sim/premium-a"]["reason"]
+    assert "3 held now" in variants["llm-d-sim/premium-a"]["reason"]
+    kept = variants["llm-d-sim/premium-b"]
+    assert (kept["accelerator"], kept["replicas"]) == ("G2", 2) and "kept on G2" in kept["reason"]

@@ -8,6 +8,8 @@ The file holds what the operator reads from the cluster (see docs/optimizer.md):
     serviceClasses:          # the documents of the service-classes-config ConfigMap
       - {name: Premium, priority: 1, data: [{model: default/default, slo-tpot: 24, slo-ttft: 500}]}
     capacity: {NVIDIA-A100-PCIE-80GB: 8}
+    namespaceCapacity:       # optional, limited mode: GPUs a namespace's variants may hold together
+      llm-d-sim: {NVIDIA-A100-PCIE-80GB: 4}
     queueingModel:           # optional: the data of wva-queueing-model-config (SLOs of classless models)
       default: "sloMultiplier: 3"
     variants:
@@ -49,6 +51,7 @@ from variant_autoscaler.api.v1alpha1 import ModelProfile
 from variant_autoscaler.core.model import OptimizerConfig, Plan, SaturationPolicy
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
+    NamespaceCap,
     ObservedLoad,
     OptimizerPlanner,
     PlannedVariant,
@@ -102,6 +105,7 @@ class PlanFileSection(_Strict):
     accelerators: dict[str, Any] = Field(min_length=1)
     service_classes: list[Any] | dict[str, Any] = Field(alias="serviceClasses")
     capacity: dict[str, int] = Field(default_factory=dict)
+    namespace_capacity: dict[str, dict[str, int]] = Field(default_factory=dict, alias="namespaceCapacity")
     queueing_model: dict[str, Any] | None = Field(default=None, alias="queueingModel")
     variants: list[Any] = Field(default_factory=list)
 
@@ -205,6 +209,12 @@ def build_inputs(document: object) -> PlanInputs:
     for device, count in section.capacity.items():
         if count < 0:
             raise ConfigError(f"plan file: field 'capacity.{device}': must be >= 0, got {count}")
+    for namespace, devices in section.namespace_capacity.items():
+        for device, count in devices.items():
+            if count < 0:
+                raise ConfigError(
+                    f"plan file: field 'namespaceCapacity.{namespace}.{device}': must be >= 0, got {count}"
+                )
     queueing = parse_queueing_config(section.queueing_model, name="queueingModel")
     if queueing.problems:
         raise ConfigError(f"plan file: field 'queueingModel': {'; '.join(queueing.problems)}")
@@ -232,6 +242,10 @@ def build_inputs(document: object) -> PlanInputs:
         optimizer=config,
         capacity=dict(section.capacity),
         group_load_is_total=False,
+        namespace_caps={
+            ns: NamespaceCap(dict(devices), "the plan file's namespaceCapacity")
+            for ns, devices in section.namespace_capacity.items()
+        },
     )
     return PlanInputs(request=request, accelerators=accelerators, classes=classes, invalid=invalid)
 
