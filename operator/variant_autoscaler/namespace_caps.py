@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from variant_autoscaler.core.model import Plan
     from variant_autoscaler.planner import PlannedVariant, PlanOutcome, PlanRequest, VariantKey
 
-__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "within_namespace_caps"]
+__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "gpu_usage", "within_namespace_caps"]
 
 #: Re-plans at most this often for namespace caps before cutting what is still past them.
 QUOTA_ROUNDS = 3
@@ -122,12 +122,16 @@ def _placement(v: PlannedVariant, accelerator: str | None, request: PlanRequest)
     return acc.device, profile.acc_count * acc.multiplicity
 
 
-def _usage(request: PlanRequest, outcome: PlanOutcome) -> tuple[dict[_Cell, int], dict[_Cell, int]]:
-    """GPUs per (namespace, device type) held now and planned, for the namespaces with a cap."""
+def gpu_usage(
+    request: PlanRequest, outcome: PlanOutcome, *, capped_only: bool = True
+) -> tuple[dict[_Cell, int], dict[_Cell, int]]:
+    """GPUs per (namespace, device type) that the variants hold now and that the plan gives them (a
+    variant the plan does not decide keeps what it holds; one whose GPUs are unknown is left out), for
+    the namespaces with a cap (``capped_only``) or all."""
     held: dict[_Cell, int] = {}
     planned: dict[_Cell, int] = {}
     for v in request.variants:
-        if v.key[0] not in request.namespace_caps:
+        if capped_only and v.key[0] not in request.namespace_caps:
             continue
         now = _placement(v, v.accelerator, request)
         if now is not None:
@@ -155,7 +159,7 @@ def _limit(request: PlanRequest, held: Mapping[_Cell, int], cell: _Cell) -> int 
 def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, _Cut]:
     """The variants whose planned scale-ups take their namespace past its cap on a device type: the
     replicas each may have, and why."""
-    held, planned = _usage(request, outcome)
+    held, planned = gpu_usage(request, outcome)
     groups: dict[_Cell, list[tuple[PlannedVariant, int, int, int]]] = {}
     for v in request.variants:
         d = outcome.decisions.get(v.key)
@@ -211,7 +215,7 @@ def _bounded(v: PlannedVariant, cut: _Cut | None) -> PlannedVariant:
 
 def _room(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, int]:
     """The burst guard's room per variant, within its namespace's cap too."""
-    held, planned = _usage(request, outcome)
+    held, planned = gpu_usage(request, outcome)
     room = dict(outcome.room)
     for v in request.variants:
         on = _placement(v, v.accelerator, request)

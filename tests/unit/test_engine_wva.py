@@ -358,6 +358,14 @@ limiters:
     assert quota[0] == 2, quota
     assert f"limited by the namespace GPU quota ('tenants') to 2 (asked {free[0]})" in quota[1]
     assert f"namespace {NS} may hold 2 NVIDIA-A100-PCIE-80GB, 1 held now" in quota[1]
+    # The plan's GPUs as gauges: the device's, and the capped namespace's cap, holding and plan.
+    gauges = h.gauges()
+    a100 = "NVIDIA-A100-PCIE-80GB"
+    assert gauges[("variant_autoscaler_gpus", (("device", a100), ("kind", "available")))] == 8
+    assert gauges[("variant_autoscaler_gpus", (("device", a100), ("kind", "planned")))] == 2
+    for kind, value in (("cap", 2), ("held", 1), ("planned", 2)):
+        labels = (("device", a100), ("kind", kind), ("namespace", NS))
+        assert gauges[("variant_autoscaler_namespace_gpus", labels)] == value
 
 
 # --- namespace-local ConfigMaps and excluded namespaces ------------------------------------------------

@@ -244,6 +244,21 @@ class Exporter:
             registry=r,
         )
         self.leader = Gauge("variant_autoscaler_leader", "1 while this process is the leader.", registry=r)
+        # Limited mode: the GPUs the last plan had and gave, per device type and per capped namespace.
+        self.gpus = Gauge(
+            "variant_autoscaler_gpus",
+            "Limited mode, per device type: the GPUs the last plan could give the variants (available: the"
+            " inventory less other workloads' pods and cluster quotas) and the GPUs it gave them (planned).",
+            ["device", "kind"],
+            registry=r,
+        )
+        self.namespace_gpus = Gauge(
+            "variant_autoscaler_namespace_gpus",
+            "Per namespace with a GPU quota and device type: its cap, the GPUs its variants hold (held) and"
+            " those the last plan gives them (planned).",
+            ["namespace", "device", "kind"],
+            registry=r,
+        )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.secure = False  # served over HTTPS with authentication and authorization

@@ -81,6 +81,7 @@ from variant_autoscaler.engine.translate import (
 )
 from variant_autoscaler.engine.zero import Sleeper, ZeroWaker
 from variant_autoscaler.errors import CollectionError, ConfigError, KubeError, VariantAutoscalerError
+from variant_autoscaler.namespace_caps import gpu_usage
 from variant_autoscaler.planner import (
     NamespaceCap,
     Planner,
@@ -704,7 +705,34 @@ class Engine:
             )
         self.exporter.optimizer_duration.set(outcome.solve_seconds)
         self.exporter.set_optimizer_status(outcome.status)
+        self._export_gpus(request, outcome)
         return outcome
+
+    def _export_gpus(self, request: PlanRequest, outcome: PlanOutcome) -> None:
+        """The plan's GPUs as gauges (limited mode): available and planned per device type, and each
+        capped namespace's cap, holding and plan."""
+        self.exporter.gpus.clear()
+        self.exporter.namespace_gpus.clear()
+        if request.capacity is None or outcome.status in ("error", "config_error"):
+            return
+        held, planned = gpu_usage(request, outcome, capped_only=False)
+        totals: dict[str, int] = {}
+        for (_, device), count in planned.items():
+            totals[device] = totals.get(device, 0) + count
+        for device in sorted({*request.capacity, *totals}):
+            self.exporter.gpus.labels(device=device, kind="available").set(request.capacity.get(device, 0))
+            self.exporter.gpus.labels(device=device, kind="planned").set(totals.get(device, 0))
+        for namespace, cap in request.namespace_caps.items():
+            for device, count in cap.devices.items():
+                cell = (namespace, device)
+                for kind, value in (
+                    ("cap", count),
+                    ("held", held.get(cell, 0)),
+                    ("planned", planned.get(cell, 0)),
+                ):
+                    self.exporter.namespace_gpus.labels(namespace=namespace, device=device, kind=kind).set(
+                        value
+                    )
 
     async def _capacity(self, contexts: Sequence[VariantContext]) -> dict[str, int]:
         selectors = [
