@@ -161,6 +161,21 @@ def test_no_configmap_gives_wvas_defaults_v1_for_vas_and_v2_for_annotated_varian
     assert not va.enable_limiter and not va.limited_mode
 
 
+def test_the_last_generations_saturation_configmap() -> None:
+    cfg = parse_saturation_config(_configmap("v0.9", "wva-saturation-scaling-config"))
+    assert cfg.problems == ()
+    chat = cfg.for_model("meta/llama-3.1-8b", "team-a")
+    assert [a.kind for a in chat.analyzers] == [V2] and chat.analyzers[0].v2 == V2Params(0.85, 0.70)
+    assert chat.limited_mode and chat.gpu_quotas() == {"H100": 32}
+    assert chat.priority == 2.0 and chat.inline_scale_to_zero() == (True, 900.0)
+    team_a = chat.namespace_quota("team-a")
+    assert team_a is not None and team_a.caps == {"H100": 8} and team_a.limiters == ("tenants",)
+    other = chat.namespace_quota("team-b")
+    assert other is not None and other.caps == {"A100": 4, "H100": 2}
+    assert chat.namespace_quota("ml-platform") is None
+    assert cfg.for_model("other/model", "team-a").priority == 1.0
+
+
 def test_v04_thresholds_with_a_per_model_override() -> None:
     cfg = parse_saturation_config(
         _configmap("v0.4", "saturation-scaling-config"), name="saturation-scaling-config"
