@@ -58,15 +58,13 @@ def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: P
         return outcome
     bounded = request
     notes: dict[VariantKey, _Cut] = {}
-    for _ in range(QUOTA_ROUNDS):
+    for rounds in range(QUOTA_ROUNDS + 1):
         cuts = _cuts(bounded, outcome)
-        if not cuts:
-            break
         notes.update(cuts)
+        if not cuts or rounds == QUOTA_ROUNDS:
+            break  # within every cap, or what is still past one is cut below
         bounded = replace(bounded, variants=tuple(_bounded(v, cuts.get(v.key)) for v in bounded.variants))
         outcome = plan(bounded)
-    cuts = _cuts(bounded, outcome)
-    notes.update(cuts)
     by_key = {v.key: v for v in request.variants}
     decisions = dict(outcome.decisions)
     for key, (allowed, note, stay) in notes.items():
@@ -75,7 +73,7 @@ def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: P
             continue
         v = by_key[key]
         if key in cuts:  # still past the cap after the rounds: cut here, without predictions
-            where = v.accelerator or d.accelerator if stay else d.accelerator
+            where = (v.accelerator or d.accelerator) if stay else d.accelerator
             cost = allowed * v.replica_cost(request.accelerators)
             d = replace(d, accelerator=where, replicas=allowed, cost=cost, ttft_ms=None, itl_ms=None)
         if d.replicas >= allowed or stay:
