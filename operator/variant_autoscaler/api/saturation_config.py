@@ -145,11 +145,10 @@ class Limiter:
 @dataclass(frozen=True, slots=True)
 class NamespaceQuota:
     """The GPUs one namespace's variants may hold by accelerator type (WVA's namespace-scoped quota
-    limiters, the smallest where several apply): ``caps`` for the types they name (None: no cap), and
-    ``others`` for every type none names (0: none, WVA's rule). ``limiters`` names them, for reasons."""
+    limiters, the smallest where several apply): ``caps`` for the types they name (None: no cap); a
+    type none of them names may hold none (WVA's rule). ``limiters`` names them, for reasons."""
 
     caps: Mapping[str, int | None]
-    others: int
     limiters: tuple[str, ...]
 
 
@@ -214,7 +213,7 @@ class SaturationSettings:
             capped = [c for c in found if c != QUOTA_UNLIMITED]
             out[acc] = min(capped) if capped else None
         names = tuple(lim.name or f"quota limiter {i + 1}" for i, (lim, _) in enumerate(applying))
-        return NamespaceQuota(out, 0, names)
+        return NamespaceQuota(out, names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -861,7 +861,7 @@ def _namespace_cap(
 ) -> NamespaceCap:
     """WVA's namespace-scoped quota on the device types of the inventory: each accelerator type it names
     (as in accelerator-unit-costs, or by its device type) capped as it says; every other device type of
-    the inventory at what it gives the types it does not name (none)."""
+    the inventory at none (WVA's rule for the types a quota does not name)."""
     devices: dict[str, int] = {}
     uncapped: set[str] = set()
     for name, cap in quota.caps.items():
@@ -873,7 +873,7 @@ def _namespace_cap(
             devices[device] = min(cap, devices.get(device, cap))
     for device in capacity:
         if device not in devices and device not in uncapped:
-            devices[device] = quota.others
+            devices[device] = 0
     names = ", ".join(repr(n) for n in quota.limiters)
     return NamespaceCap(devices, f"the namespace GPU quota ({names})")
 

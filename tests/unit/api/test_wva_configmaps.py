@@ -253,7 +253,7 @@ limiters:
     team_a = settings.namespace_quota("team-a")
     assert team_a is not None and team_a.limiters == ("tenants", "tighter")
     # the smaller of the two; A100 uncapped by "tenants" but not named by "tighter": none (WVA's rule)
-    assert team_a.caps == {"A100": 0, "H100": 4, "L40S": 0} and team_a.others == 0
+    assert team_a.caps == {"A100": 0, "H100": 4, "L40S": 0}
     other = settings.namespace_quota("team-b")  # "default" of "tenants"; "tighter" names no default: none
     assert other is not None and other.caps == {"H100": 0}
     assert settings.namespace_quota("ml-platform") is not None  # excluded from "tenants" only
