@@ -856,6 +856,12 @@ class Engine:
         return out
 
 
+def _device_of(name: str, accelerators: Mapping[str, AcceleratorType]) -> str:
+    """The device type a quota's accelerator type means: named as in accelerator-unit-costs, or itself."""
+    acc = accelerators.get(name)
+    return acc.device if acc is not None else name
+
+
 def _namespace_cap(
     quota: NamespaceQuota, capacity: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
 ) -> NamespaceCap:
@@ -865,8 +871,7 @@ def _namespace_cap(
     devices: dict[str, int] = {}
     uncapped: set[str] = set()
     for name, cap in quota.caps.items():
-        acc = accelerators.get(name)
-        device = acc.device if acc is not None else name
+        device = _device_of(name, accelerators)
         if cap is None:
             uncapped.add(device)
         else:
@@ -885,7 +890,6 @@ def _with_quotas(
     accelerator-unit-costs, or by its device type)."""
     out = dict(capacity)
     for name, quota in quotas.items():
-        acc = accelerators.get(name)
-        device = acc.device if acc is not None else name
+        device = _device_of(name, accelerators)
         out[device] = min(out.get(device, 0), quota)
     return out
