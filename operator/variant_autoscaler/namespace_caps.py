@@ -7,9 +7,13 @@ planner keeps every namespace within its cap:
 1. plan as usual (one MILP over every variant and the inventory);
 2. where the variants of a capped namespace grow past its cap on a device type, grant the GPUs it may
    still take to its most urgent scale-ups (:func:`~variant_autoscaler.core.sizing.limit_scale_ups`:
-   the model's saturation ``priority``, times its KV-cache usage where known), and bound the others;
+   the model's saturation ``priority``, times its KV-cache usage where known), and bound the others on
+   the accelerator they run on; one the plan moved onto that device type is kept off it instead, and
+   one left no replica at all is decided at none;
 3. plan again with those bounds, so that the GPUs the namespace may not take go to other namespaces
-   (a few rounds: a bounded variant may move the plan elsewhere), then cut whatever is still past a cap.
+   (a few rounds: a kept-off variant may land on another capped type), then repair what is still past a
+   cap: moved variants back to what they run, grown ones cut to what the cap leaves (this ends: with
+   every variant back at what it runs, a namespace holds no more than its limit).
 
 What a namespace holds already stays, as with a Kubernetes ResourceQuota: its cap is never below the
 GPUs its replicas hold now, and no replica that runs is taken away for a cap. Every bounded decision's
@@ -25,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from variant_autoscaler.core.decision import VariantPlan
+from variant_autoscaler.core.model import Decision, Outcome
 from variant_autoscaler.core.sizing import ScaleUp, limit_scale_ups
 
 if TYPE_CHECKING:
@@ -37,9 +43,10 @@ __all__ = ["QUOTA_ROUNDS", "NamespaceCap", "gpu_usage", "within_namespace_caps"]
 QUOTA_ROUNDS = 3
 
 _Cell = tuple[str, str]  # (namespace, device type)
-# The replicas a cap leaves a variant, why, and whether it must stay on the accelerator it runs on (the
-# plan moved it onto a capped device type: bounding its count would bound it where it runs too).
-_Cut = tuple[int, str, bool]
+# The replicas a cap leaves a variant, why, and the capped device type the plan moved it onto (None: it
+# runs there already): such a variant is kept off that device type, not bounded (a bound on its count
+# would bound it wherever it goes).
+_Cut = tuple[int, str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,49 +65,91 @@ def within_namespace_caps(plan: Callable[[PlanRequest], PlanOutcome], request: P
         return outcome
     bounded = request
     notes: dict[VariantKey, _Cut] = {}
+    zeroed: dict[VariantKey, str] = {}  # nothing fits: not planned again, decided at none below
     for rounds in range(QUOTA_ROUNDS + 1):
         cuts = _cuts(bounded, outcome)
         notes.update(cuts)
         if not cuts or rounds == QUOTA_ROUNDS:
             break  # within every cap, or what is still past one is cut below
-        bounded = replace(bounded, variants=tuple(_bounded(v, cuts.get(v.key)) for v in bounded.variants))
+        kept = []
+        for v in bounded.variants:
+            cut = cuts.get(v.key)
+            if cut is not None and cut[0] == 0 and cut[2] is None:
+                zeroed[v.key] = cut[1]
+            else:
+                kept.append(_bounded(v, cut, request))
+        bounded = replace(bounded, variants=tuple(kept))
         outcome = plan(bounded)
     by_key = {v.key: v for v in request.variants}
     decisions = dict(outcome.decisions)
-    for key, (allowed, note, stay) in notes.items():
-        d = decisions.get(key)
-        if d is None:
-            continue
+    added: dict[VariantKey, list[str]] = {}  # the notes each decision's reason gained
+    for key, note in zeroed.items():
         v = by_key[key]
-        if key in cuts:  # still past the cap after the rounds: cut here, without predictions
-            where = (v.accelerator or d.accelerator) if stay else d.accelerator
-            cost = allowed * v.replica_cost(request.accelerators)
-            d = replace(d, accelerator=where, replicas=allowed, cost=cost, ttft_ms=None, itl_ms=None)
-        if d.replicas >= allowed or stay:
-            d = replace(d, reason=f"{d.reason}; {note}")
-        decisions[key] = d
+        decisions[key] = VariantPlan(
+            v.accelerator or "", 0, v.max_batch, 0.0, None, None, f"unserved: {note}"
+        )
+    for key, (allowed, note, moved) in notes.items():
+        d = decisions.get(key)
+        if d is not None and key not in zeroed and (d.replicas >= allowed or moved is not None):
+            decisions[key] = _noted(d, note, added.setdefault(key, []))
+    _repair(request, outcome, decisions, added)
     outcome = replace(outcome, decisions=decisions)
-    outcome = replace(outcome, plan=_with_notes(outcome, notes))
+    outcome = replace(outcome, plan=_with_notes(outcome, zeroed, added))
     return replace(outcome, room=_room(request, outcome))
 
 
-def _with_notes(outcome: PlanOutcome, notes: Mapping[VariantKey, _Cut]) -> Plan | None:
+def _noted(d: VariantPlan, note: str, added: list[str]) -> VariantPlan:
+    if note in added:
+        return d
+    added.append(note)
+    return replace(d, reason=f"{d.reason}; {note}")
+
+
+def _repair(
+    request: PlanRequest,
+    outcome: PlanOutcome,
+    decisions: dict[VariantKey, VariantPlan],
+    added: dict[VariantKey, list[str]],
+) -> None:
+    """Cut, in place, what the rounds left past a cap: a variant the plan moved onto the device type
+    goes back to what it runs, one grown there keeps what the cap leaves it (without predictions);
+    again until every cap holds, which it must: with every variant back at what it runs, a namespace
+    holds what it holds, never more than its limit."""
+    by_key = {v.key: v for v in request.variants}
+    for _ in range(2 * len(request.variants) + 1):
+        cuts = _cuts(request, replace(outcome, decisions=decisions))
+        if not cuts:
+            return
+        for key, (allowed, note, moved) in cuts.items():
+            d, v = decisions[key], by_key[key]
+            where = (v.accelerator or d.accelerator) if moved is not None else d.accelerator
+            replicas = v.current_replicas if moved is not None else allowed
+            cost = replicas * v.replica_cost(request.accelerators)
+            cut = replace(d, accelerator=where, replicas=replicas, cost=cost, ttft_ms=None, itl_ms=None)
+            decisions[key] = _noted(cut, note, added.setdefault(key, []))
+
+
+def _with_notes(
+    outcome: PlanOutcome, zeroed: Mapping[VariantKey, str], added: Mapping[VariantKey, list[str]]
+) -> Plan | None:
     """The optimizer's own plan (what ``plan -f`` prints) with the decisions as the caps left them."""
     if outcome.plan is None:
         return None
     core = dict(outcome.plan.decisions)
-    for key, (_, note, _) in notes.items():
-        name, d = f"{key[0]}/{key[1]}", outcome.decisions.get(key)
-        if name not in core or d is None:
+    for (namespace, variant), note in zeroed.items():
+        label = f"{namespace}/{variant}"
+        core[label] = Decision(label, None, 0, 0, 0.0, 0.0, 0.0, Outcome.UNSERVED, note)
+    for key, notes in added.items():
+        label, d = f"{key[0]}/{key[1]}", outcome.decisions.get(key)
+        if label not in core or d is None or not notes:
             continue
-        c = core[name]
-        reason = f"{c.reason}; {note}" if d.reason.endswith(note) else c.reason
-        core[name] = replace(
+        c = core[label]
+        core[label] = replace(
             c,
             accelerator=d.accelerator or c.accelerator,
             replicas=d.replicas,
             cost=c.cost if d.cost is None else d.cost,
-            reason=reason,
+            reason="; ".join((c.reason, *notes)),
         )
     return replace(outcome.plan, decisions=core, total_cost=sum(c.cost for c in core.values()))
 
@@ -158,15 +207,22 @@ def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, _Cut]:
     """The variants whose planned scale-ups take their namespace past its cap on a device type: the
     replicas each may have, and why."""
     held, planned = gpu_usage(request, outcome)
+    # Per capped (namespace, device): each variant planned there, the replicas it runs there now (none
+    # when the plan moves it there), the replicas planned and the GPUs per replica.
     groups: dict[_Cell, list[tuple[PlannedVariant, int, int, int]]] = {}
+    moved: set[VariantKey] = set()
     for v in request.variants:
         d = outcome.decisions.get(v.key)
         on = _placement(v, d.accelerator or v.accelerator, request) if d is not None else None
         if d is None or on is None or _limit(request, held, (v.key[0], on[0])) is None:
             continue
         now = _placement(v, v.accelerator, request)
-        base = v.current_replicas if now is not None and now[0] == on[0] else 0
-        groups.setdefault((v.key[0], on[0]), []).append((v, base, d.replicas, on[1]))
+        here = now is not None and now[0] == on[0]
+        if not here and v.accelerator:
+            moved.add(v.key)
+        groups.setdefault((v.key[0], on[0]), []).append(
+            (v, v.current_replicas if here else 0, d.replicas, on[1])
+        )
     cuts: dict[VariantKey, _Cut] = {}
     for cell, members in sorted(groups.items()):
         limit = _limit(request, held, cell)
@@ -184,13 +240,13 @@ def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, _Cut]:
         what = f"namespace {namespace} may hold {cap.devices[device]} {device}, {held.get(cell, 0)} held now"
         for name, granted in limit_scale_ups(asks, {device: limit - stay}).items():
             v, base, asked, units = by_name[name]
-            if base == 0 and v.current_replicas > 0 and v.accelerator:
-                # The plan moved it here: it stays where it runs, as it is.
-                note = f"kept on {v.accelerator} by {cap.source} (the plan moved it to {device}): {what}"
-                cuts[v.key] = (v.current_replicas, note, True)
+            if v.key in moved:
+                # The plan moved it here from the accelerator it runs on: it is kept off this device type.
+                note = f"kept off {device} by {cap.source} (the plan moved it from {v.accelerator}): {what}"
+                cuts[v.key] = (v.current_replicas, note, device)
                 continue
             note = f"limited by {cap.source} to {granted} (asked {asked}): {what}, {units} per replica"
-            cuts[v.key] = (max(granted, base), note, False)
+            cuts[v.key] = (max(granted, base), note, None)
     return cuts
 
 
@@ -200,14 +256,18 @@ def _ask(v: PlannedVariant, device: str, units: int, base: int, replicas: int) -
     return ScaleUp(f"{v.key[0]}/{v.key[1]}", device, units, base, replicas, spare, v.saturation_priority)
 
 
-def _bounded(v: PlannedVariant, cut: _Cut | None) -> PlannedVariant:
-    """``v`` with at most the replicas a namespace cap leaves it, or kept where it runs."""
+def _bounded(v: PlannedVariant, cut: _Cut | None, request: PlanRequest) -> PlannedVariant:
+    """``v`` with at most the replicas a namespace cap leaves it on the accelerator it runs on, or kept
+    off the capped device type the plan moved it onto (on its own accelerator where no other is left)."""
     if cut is None:
         return v
+    allowed, _, moved = cut
+    if moved is not None:
+        devices = {name: acc.device for name, acc in request.accelerators.items()}
+        others = tuple(p for p in v.profiles if devices.get(p.accelerator) != moved)
+        return replace(v, profiles=others) if others else replace(v, keep_accelerator=True)
+    top = allowed if v.max_replicas is None else min(v.max_replicas, allowed)
     # Kept on its accelerator: a bound on its count must not send it to another one.
-    if cut[2]:
-        return replace(v, keep_accelerator=True)
-    top = cut[0] if v.max_replicas is None else min(v.max_replicas, cut[0])
     return replace(v, keep_accelerator=True, max_replicas=top, min_replicas=min(v.min_replicas, top))
 
 

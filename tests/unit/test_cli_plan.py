@@ -286,4 +286,5 @@ def test_namespace_capacity_caps_a_namespaces_variants(
     assert "limited by the plan file's namespaceCapacity to 1" in variants["llm-d-sim/premium-a"]["reason"]
     assert "3 held now" in variants["llm-d-sim/premium-a"]["reason"]
     kept = variants["llm-d-sim/premium-b"]
-    assert (kept["accelerator"], kept["replicas"]) == ("G2", 2) and "kept on G2" in kept["reason"]
+    assert (kept["accelerator"], kept["replicas"]) == ("G2", 2)
+    assert "kept off NVIDIA-A100-PCIE-80GB" in kept["reason"]

@@ -53,6 +53,7 @@ _variants = hs.lists(
         hs.sampled_from(("A100", "G2")),
         hs.integers(0, 4),
         hs.sampled_from((30.0, 300.0, 1200.0)),
+        hs.booleans(),
     ),
     min_size=1,
     max_size=5,
@@ -79,7 +80,7 @@ def _used(outcome: PlanOutcome, variants: tuple[PlannedVariant, ...], namespace:
     return total
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=_variants,
     caps=hs.dictionaries(hs.sampled_from(("team-a", "team-b")), hs.integers(0, 6), min_size=1),
@@ -87,11 +88,11 @@ def _used(outcome: PlanOutcome, variants: tuple[PlannedVariant, ...], namespace:
     g2=hs.integers(0, 8),
 )
 def test_no_namespace_grows_past_its_cap_and_none_loses_a_running_replica_to_it(
-    specs: list[tuple[str, str, str, int, float]], caps: dict[str, int], a100: int, g2: int
+    specs: list[tuple[str, str, str, int, float, bool]], caps: dict[str, int], a100: int, g2: int
 ) -> None:
     variants = tuple(
-        _variant(ns, f"v{i}", model, acc, replicas, rpm)
-        for i, (ns, model, acc, replicas, rpm) in enumerate(specs)
+        replace(_variant(ns, f"v{i}", model, acc, replicas, rpm), keep_accelerator=keep)
+        for i, (ns, model, acc, replicas, rpm, keep) in enumerate(specs)
     )
     request = plan_request(
         *variants,
@@ -103,6 +104,8 @@ def test_no_namespace_grows_past_its_cap_and_none_loses_a_running_replica_to_it(
     outcome = OptimizerPlanner().plan(capped)
     for ns, cap in caps.items():
         assert _used(outcome, variants, ns, A100) <= max(cap, _held(variants, ns, A100))
+    # A cap never makes a variant fail to be planned (what the plan without caps decides, it decides).
+    assert set(outcome.failures) <= set(OptimizerPlanner().plan(request).failures)
     # The whole plan stays within the inventory.
     for device, count in ((A100, a100), (G2, g2)):
         used = sum(_used(outcome, variants, ns, device) for ns in ("team-a", "team-b", "team-c"))
