@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from variant_autoscaler.core.model import Plan
     from variant_autoscaler.planner import PlannedVariant, PlanOutcome, PlanRequest, VariantKey
 
-__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "gpu_usage", "within_namespace_caps"]
+__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "gpu_usage", "template_gpus", "within_namespace_caps"]
 
 #: Re-plans at most this often for namespace caps before cutting what is still past them.
 QUOTA_ROUNDS = 3
@@ -154,14 +154,20 @@ def _with_notes(
     return replace(outcome.plan, decisions=core, total_cost=sum(c.cost for c in core.values()))
 
 
+def template_gpus(v: PlannedVariant, request: PlanRequest) -> tuple[str, int] | None:
+    """The device type and GPUs per replica its pod template gives a variant (``v.gpus``; None:
+    unknown): where a variant sized by saturation runs."""
+    if v.gpus is None:
+        return None
+    acc = request.accelerators.get(v.gpus[0])
+    return (acc.device, v.gpus[1]) if acc is not None and v.gpus[1] > 0 else None
+
+
 def _placement(v: PlannedVariant, accelerator: str | None, request: PlanRequest) -> tuple[str, int] | None:
-    """The device type and GPUs per replica of ``v`` on ``accelerator`` (None: unknown). A variant
-    sized by saturation runs where its pod template says (``v.gpus``)."""
+    """The device type and GPUs per replica of ``v`` on ``accelerator`` (None: unknown); a variant
+    sized by saturation runs where its pod template says."""
     if not v.sized_by_model:
-        if v.gpus is None:
-            return None
-        acc = request.accelerators.get(v.gpus[0])
-        return (acc.device, v.gpus[1]) if acc is not None and v.gpus[1] > 0 else None
+        return template_gpus(v, request)
     acc = request.accelerators.get(accelerator or "")
     profile = next((p for p in v.profiles if p.accelerator == accelerator), None)
     if acc is None or profile is None:
@@ -251,8 +257,8 @@ def _cuts(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, _Cut]:
 
 
 def _ask(v: PlannedVariant, device: str, units: int, base: int, replicas: int) -> ScaleUp:
-    metrics = v.saturation.metrics if v.saturation is not None else ()
-    spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 0.0
+    known = v.saturation.mean_spare if v.saturation is not None else None
+    spare = 0.0 if known is None else known
     return ScaleUp(f"{v.key[0]}/{v.key[1]}", device, units, base, replicas, spare, v.saturation_priority)
 
 

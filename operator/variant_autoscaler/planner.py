@@ -60,7 +60,7 @@ from variant_autoscaler.core.sizing import (
 )
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.errors import ConfigError, ModelError
-from variant_autoscaler.namespace_caps import NamespaceCap, within_namespace_caps
+from variant_autoscaler.namespace_caps import NamespaceCap, template_gpus, within_namespace_caps
 
 __all__ = [
     "IdleInput",
@@ -612,23 +612,13 @@ def _by_saturation(v: PlannedVariant, no_slo: set[VariantKey]) -> bool:
     return not v.sized_by_model or v.key in no_slo
 
 
-def _saturation_device(v: PlannedVariant, request: PlanRequest) -> tuple[str, int] | None:
-    """The device type and GPUs per replica of a variant sized by saturation (None: unknown)."""
-    if v.gpus is None:
-        return None
-    acc = request.accelerators.get(v.gpus[0])
-    if acc is None or v.gpus[1] <= 0:
-        return None
-    return acc.device, v.gpus[1]
-
-
 def _saturation_gpus(request: PlanRequest, no_slo: set[VariantKey]) -> dict[str, int]:
     """GPUs per device type held now by the variants saturation sizes (limited mode; else none)."""
     held: dict[str, int] = {}
     if request.capacity is None:
         return held
     for v in request.variants:
-        on = _saturation_device(v, request)
+        on = template_gpus(v, request)
         if on is not None and _by_saturation(v, no_slo):
             held[on[0]] = held.get(on[0], 0) + on[1] * v.current_replicas
     return held
@@ -648,14 +638,21 @@ def _limit_saturation(
     asks: list[ScaleUp] = []
     members: dict[str, tuple[PlannedVariant, str, int]] = {}
     for v in request.variants:
-        on = _saturation_device(v, request)
+        on = template_gpus(v, request)
         d = decisions.get(v.key)
         if on is None or d is None or not _by_saturation(v, no_slo) or d.replicas <= v.current_replicas:
             continue
-        metrics = v.saturation.metrics if v.saturation is not None else ()
-        spare = sum(1.0 - m.kv_usage for m in metrics) / len(metrics) if metrics else 1.0
+        spare = v.saturation.mean_spare if v.saturation is not None else None
         asks.append(
-            ScaleUp(_name(v.key), on[0], on[1], v.current_replicas, d.replicas, spare, v.saturation_priority)
+            ScaleUp(
+                _name(v.key),
+                on[0],
+                on[1],
+                v.current_replicas,
+                d.replicas,
+                1.0 if spare is None else spare,
+                v.saturation_priority,
+            )
         )
         members[_name(v.key)] = (v, *on)
     free = {device: n - usage.get(device, 0) for device, n in request.capacity.items()}

@@ -78,6 +78,13 @@ class SaturationInput:
     kv_tokens_per_replica: float | None = None
     previous_desired: int | None = None
 
+    @property
+    def mean_spare(self) -> float | None:
+        """The mean spare KV cache (0 to 1) over the replicas that report; None: none does."""
+        if not self.metrics:
+            return None
+        return sum(1.0 - m.kv_usage for m in self.metrics) / len(self.metrics)
+
 
 @dataclass(frozen=True, slots=True)
 class IdleInput:
