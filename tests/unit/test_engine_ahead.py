@@ -95,6 +95,44 @@ async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes
     assert "forecast" not in off.status() and off.replicas() < h.replicas()
 
 
+async def test_after_a_fall_the_plan_holds_to_the_scale_down_quantile_with_a_one_minute_window() -> None:
+    """The rate planned for rises with the scale-up quantile and falls only as far as the scale-down
+    quantile allows (status.forecast.plannedRate, held); with that hysteresis an attainment class's
+    default scale-down window in patch mode is one minute, not five."""
+    h = _harness()
+    # Past the forecast's warm-up (20 horizons' errors: until then both quantiles are one fixed margin).
+    for rpm in (600.0, 900.0, 500.0, 1200.0, 700.0, 600.0) * 5:
+        h.load(rpm)
+        await h.engine.run_cycle()
+        h.advance(60)
+    high = h.replicas()
+    h.load(60.0)
+    await h.engine.run_cycle()
+    forecast = h.status()["forecast"]
+    assert "held" in forecast
+    assert float(forecast["plannedRate"]) > float(forecast["upperRate"])  # held above the median
+    VariantAutoscaling.model_validate(h.kube.get("variantautoscalings", NS, VA))
+    # Each step down waits out a one-minute window, never five.
+    reasons = []
+    for _ in range(12):
+        h.advance(60)
+        await h.engine.run_cycle()
+        reasons.append(h.status()["desiredOptimizedAlloc"]["reason"])
+    assert h.replicas() < high
+    assert any("60s stabilization" in r for r in reasons), reasons
+    assert not any("300s stabilization" in r for r in reasons), reasons
+    # Without the hysteresis the five-minute window is back.
+    plain = _harness(FORECAST_SCALE_DOWN_QUANTILE="0")
+    for rpm in (600.0, 1200.0):
+        plain.load(rpm)
+        await plain.engine.run_cycle()
+        plain.advance(60)
+    plain.load(60.0)
+    await plain.engine.run_cycle()
+    assert "plannedRate" in plain.status()["forecast"]
+    assert "300s stabilization" in plain.status()["desiredOptimizedAlloc"]["reason"]
+
+
 async def test_with_an_arrival_counter_the_forecast_learns_the_arrivals() -> None:
     """ARRIVAL_COUNTER (e.g. the inference gateway's): one query more, and the forecast learns what
     arrives, time-outs included, instead of what vLLM finished; a model the counter has no series for

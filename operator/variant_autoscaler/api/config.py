@@ -9,7 +9,8 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           ``PriorityExhaustive``, ``PriorityRoundRobin``, ``RoundRobin``
 ``DEFAULT_ACTUATION_MODE``                ``metrics`` (WVA), ``patch`` or ``shadow``
 ``SCALE_DOWN_STABILIZATION_WINDOW``       default scale-down window (duration); unset: 5m in patch and
-                                          shadow modes, 0 in metrics mode (the HPA stabilises)
+                                          shadow modes (1m for attainment classes whose forecast
+                                          holds their plans), 0 in metrics mode (the HPA stabilises)
 ``METRICS_WINDOW``                        PromQL rate window (default ``1m``, WVA's)
 ``METRICS_STALENESS``                     newest sample older than this means stale (default ``2m``)
 ``QUEUE_DRAIN_TIME``                      time allowed to drain a waiting queue when estimating
@@ -29,8 +30,12 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           the model's decision; ``false``: the model alone
 ``STARTUP_TIME``                          how long a new replica takes to serve (default ``3m``): the
                                           forecast's horizon is this plus one interval
-``FORECAST_QUANTILE``                     attainment classes plan for this quantile of the demand
-                                          forecast over the horizon (default ``0.75``; ``0``: off)
+``FORECAST_QUANTILE``                     attainment classes scale up for this quantile of the
+                                          demand forecast over the horizon (default ``0.5``; ``0``:
+                                          no forecast)
+``FORECAST_SCALE_DOWN_QUANTILE``          ... and scale down only below this quantile (default
+                                          ``0.9``; ``0``: no hysteresis); with it, their default
+                                          scale-down window in patch mode is ``1m``, not ``5m``
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
@@ -65,7 +70,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 from variant_autoscaler.api.v1alpha1 import ACTUATION_MODES, ActuationMode
-from variant_autoscaler.core.forecast import DEFAULT_QUANTILE
+from variant_autoscaler.core.forecast import DEFAULT_DOWN_QUANTILE, DEFAULT_QUANTILE
 from variant_autoscaler.errors import ConfigError
 
 OptimizerMode = Literal["unlimited", "limited"]
@@ -73,6 +78,10 @@ SaturationPolicy = Literal["None", "PriorityExhaustive", "PriorityRoundRobin", "
 
 DEFAULT_INTERVAL_SECONDS = 60.0
 DEFAULT_PATCH_STABILIZATION_SECONDS = 300.0
+#: The default window in patch mode of a variant planned ahead with the forecast's hysteresis
+#: (FORECAST_SCALE_DOWN_QUANTILE): the hysteresis holds its plans until the load has gone, which is what
+#: the longer window was for (measured: docs/tail-slo.md, "Which quantile").
+DEFAULT_AHEAD_STABILIZATION_SECONDS = 60.0
 
 # The Prometheus keys, in WVA's spelling. When the environment sets PROMETHEUS_BASE_URL, every Prometheus
 # setting comes from the environment and none from the ConfigMap (WVA's rule).
@@ -109,6 +118,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "SATURATION_FLOOR",
     "STARTUP_TIME",
     "FORECAST_QUANTILE",
+    "FORECAST_SCALE_DOWN_QUANTILE",
     "BURST_GUARD_INTERVAL",
     "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
@@ -236,11 +246,13 @@ class MainConfig(BaseModel):
     status_refresh_seconds: float = 0.0
     saturation_floor: bool = True
     # Ahead of the load, for classes with attainment targets (docs/tail-slo.md): the start-up time of a
-    # replica, the quantile of the demand forecast planned for (0: none), the burst guard's period (0:
-    # none), the counter of arriving requests the forecast learns (None: the demand vLLM's metrics
-    # show), and the counter whose counts give the burstiness.
+    # replica, the quantile of the demand forecast planned for (0: none) and the one below which the plan
+    # may fall (None: no hysteresis), the burst guard's period (0: none), the counter of arriving
+    # requests the forecast learns (None: the demand vLLM's metrics show), and the counter whose counts
+    # give the burstiness.
     startup_seconds: float = 180.0
     forecast_quantile: float = DEFAULT_QUANTILE
+    forecast_down_quantile: float | None = DEFAULT_DOWN_QUANTILE
     guard_interval_seconds: float = 15.0
     arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
@@ -257,11 +269,22 @@ class MainConfig(BaseModel):
         """WVA's minimum: 0 with scale-to-zero, else 1."""
         return 0 if self.scale_to_zero else 1
 
-    def stabilization_for(self, mode: ActuationMode) -> float:
-        """The default scale-down window for a variant in ``mode`` (its spec may override it)."""
+    @property
+    def forecast_holds(self) -> bool:
+        """Whether plans made ahead of the load hold with the forecast's hysteresis (scale-down only
+        below ``forecast_down_quantile``)."""
+        return self.forecast_quantile > 0 and self.forecast_down_quantile is not None
+
+    def stabilization_for(self, mode: ActuationMode, *, ahead: bool = False) -> float:
+        """The default scale-down window for a variant in ``mode`` (its spec may override it); ``ahead``:
+        it is planned ahead of the load (a class with attainment targets)."""
         if self.scale_down_stabilization_seconds is not None:
             return self.scale_down_stabilization_seconds
-        return 0.0 if mode == "metrics" else DEFAULT_PATCH_STABILIZATION_SECONDS
+        if mode == "metrics":
+            return 0.0
+        if ahead and self.forecast_holds:
+            return DEFAULT_AHEAD_STABILIZATION_SECONDS
+        return DEFAULT_PATCH_STABILIZATION_SECONDS
 
 
 def _choice(data: Mapping[str, str], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -337,6 +360,16 @@ def parse_main_config(
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} is not a number") from None
     if not 0.0 <= forecast_quantile < 1.0:
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} must be in [0, 1) (0: no forecast)")
+    down_raw = cm.get("FORECAST_SCALE_DOWN_QUANTILE", "").strip()
+    try:
+        down_quantile = float(down_raw) if down_raw else max(DEFAULT_DOWN_QUANTILE, forecast_quantile)
+    except ValueError:
+        raise ConfigError(f"FORECAST_SCALE_DOWN_QUANTILE={down_raw!r} is not a number") from None
+    if down_quantile != 0.0 and not forecast_quantile <= down_quantile < 1.0:
+        raise ConfigError(
+            f"FORECAST_SCALE_DOWN_QUANTILE={down_raw!r} must be in [FORECAST_QUANTILE, 1) "
+            f"(FORECAST_QUANTILE is {forecast_quantile:g}; 0: no hysteresis)"
+        )
     chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
     if chunked_raw not in ("true", "false"):
         raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
@@ -363,6 +396,7 @@ def parse_main_config(
         saturation_floor=floor_raw == "true",
         startup_seconds=_duration(cm, "STARTUP_TIME", 180.0),
         forecast_quantile=forecast_quantile,
+        forecast_down_quantile=down_quantile or None,
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
         arrival_counter=arrivals,
         burstiness_counter=counter,

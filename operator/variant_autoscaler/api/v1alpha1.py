@@ -405,8 +405,10 @@ class ForecastStatus(_Model):
     pending: list[float] | None = Field(default=None, max_length=64)
     recent: list[float] | None = Field(default=None, max_length=64)
     errors: list[float] | None = Field(default=None, max_length=240)
+    held: float | None = None
     upper_rate: str | None = Field(default=None, alias="upperRate", max_length=32)
     point_rate: str | None = Field(default=None, alias="pointRate", max_length=32)
+    planned_rate: str | None = Field(default=None, alias="plannedRate", max_length=32)
 
 
 class VariantAutoscalingStatus(_Model):

@@ -12,6 +12,12 @@ an upper quantile of the *largest* per-interval rate in that horizon:
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
   ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
+* **The rate to plan for**, with a hysteresis between two quantiles: it rises with the ``quantile``
+  (scale-up) forecast at once, and falls only as far as the higher ``down_quantile`` forecast allows
+  (``planned = max(up, min(down, planned before))``). A plan so made scales up on the likely peak and
+  gives capacity back only when even a pessimistic forecast no longer needs it, which is what a
+  scale-down stabilisation window did by holding every plan for minutes whatever the forecast said
+  (measured: docs/tail-slo.md, "Which quantile").
 
 Everything is pure: the state is a frozen value, :func:`update` returns a new one, time is a step count
 (one step per planning interval), and :meth:`ForecastState.to_json` / :meth:`ForecastState.from_json`
@@ -29,12 +35,25 @@ import numpy as np
 
 from variant_autoscaler.errors import ModelError
 
-__all__ = ["DEFAULT_QUANTILE", "Forecast", "ForecastConfig", "ForecastState", "forecast", "update"]
+__all__ = [
+    "DEFAULT_DOWN_QUANTILE",
+    "DEFAULT_QUANTILE",
+    "Forecast",
+    "ForecastConfig",
+    "ForecastState",
+    "forecast",
+    "update",
+]
 
-#: The upper forecast's default level (``FORECAST_QUANTILE``). The planner sizes for 99 % of requests
-#: at that rate, replicas come whole and the burst guard covers what exceeds it, so the horizon's peak
-#: need not stay under it nine times out of ten (measured: docs/tail-slo.md, "Which quantile").
-DEFAULT_QUANTILE = 0.75
+#: The scale-up forecast's default level (``FORECAST_QUANTILE``). The planner sizes for 99 % of
+#: requests at that rate, replicas come whole, the burst guard covers what exceeds it, and the
+#: scale-down quantile keeps what a plan has until a pessimistic forecast lets it go, so the plan may
+#: rise with the median (measured: docs/tail-slo.md, "Which quantile").
+DEFAULT_QUANTILE = 0.5
+#: The scale-down forecast's default level in the operator (``FORECAST_SCALE_DOWN_QUANTILE``): the
+#: planned rate falls only below this quantile of the forecast. (A bare :class:`ForecastConfig` has no
+#: hysteresis.)
+DEFAULT_DOWN_QUANTILE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +62,18 @@ class ForecastConfig:
 
     ``interval_s`` is the time between updates (the planning interval), ``horizon_s`` how far ahead the
     plan must hold (start-up time + one interval), ``quantile`` the level of the upper forecast (0.75:
-    the horizon's peak stays below it three times out of four). ``alpha`` and ``beta`` are Holt's smoothing
-    weights of the level and the trend; ``season_s`` (0: none) a known period with ``harmonics`` Fourier
-    terms learnt at rate ``gamma``. ``history`` errors are kept for the quantile; below ``min_history``
-    the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %). ``floor`` (req/s) is added
+    the horizon's peak stays below it three times out of four) and ``down_quantile`` the level below
+    which the planned rate may fall (None: the planned rate is the upper forecast, no hysteresis).
+    ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend. ``history`` errors
+    are kept for the quantiles; below ``min_history`` the upper forecast adds ``default_margin`` (in
+    log rate: 0.3 is +35 %). ``floor`` (req/s) is added
     before taking logs so that an idle model has a finite log rate.
     """
 
     interval_s: float = 60.0
     horizon_s: float = 240.0
     quantile: float = DEFAULT_QUANTILE
+    down_quantile: float | None = None
     alpha: float = 0.5
     beta: float = 0.1
     history: int = 240
@@ -65,6 +86,11 @@ class ForecastConfig:
             raise ModelError("the forecast's interval and horizon must be > 0")
         if not 0.0 < self.quantile < 1.0:
             raise ModelError(f"the forecast quantile must be in (0, 1), got {self.quantile:g}")
+        if self.down_quantile is not None and not self.quantile <= self.down_quantile < 1.0:
+            raise ModelError(
+                f"the forecast's scale-down quantile must be in [{self.quantile:g}, 1) (at least the "
+                f"scale-up quantile), got {self.down_quantile:g}"
+            )
         for name in ("alpha", "beta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ModelError(f"the forecast's {name} must be in [0, 1]")
@@ -82,8 +108,8 @@ class ForecastConfig:
 @dataclass(frozen=True, slots=True)
 class ForecastState:
     """The forecaster's memory: Holt's level and trend (log req/s, per step), the step count, the horizon
-    forecasts still waiting for their outcome, the latest log rates, and the last errors. Small: a few
-    hundred numbers at most."""
+    forecasts still waiting for their outcome, the latest log rates, the last errors, and the log rate
+    the last update planned for (the hysteresis' memory). Small: a few hundred numbers at most."""
 
     level: float | None = None
     trend: float = 0.0
@@ -91,6 +117,7 @@ class ForecastState:
     pending: tuple[float, ...] = ()  # forecasts of the horizon's largest log rate, oldest first
     recent: tuple[float, ...] = ()  # the latest log rates, oldest first
     errors: tuple[float, ...] = ()  # realised − forecast, oldest first
+    held: float | None = None  # the log rate planned for at the last update
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (floats rounded to 6 significant digits)."""
@@ -105,12 +132,14 @@ class ForecastState:
             "pending": r(self.pending),
             "recent": r(self.recent),
             "errors": r(self.errors),
+            **({} if self.held is None else {"held": float(f"{self.held:.6g}")}),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ForecastState:
         try:
             level = data.get("level")
+            held = data.get("held")
             return cls(
                 level=None if level is None else float(level),
                 trend=float(data.get("trend", 0.0)),
@@ -118,6 +147,7 @@ class ForecastState:
                 pending=tuple(float(v) for v in data.get("pending", ())),
                 recent=tuple(float(v) for v in data.get("recent", ())),
                 errors=tuple(float(v) for v in data.get("errors", ())),
+                held=None if held is None else float(held),
             )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ModelError(f"not a forecast state: {exc}") from None
@@ -125,12 +155,14 @@ class ForecastState:
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
-    """The current rate's smoothed value, the point forecast of the horizon's peak and its upper
-    quantile (all req/s), and how many past horizons the quantile rests on."""
+    """The current rate's smoothed value, the point forecast of the horizon's peak, its upper quantile,
+    the rate to plan for (the upper quantile, held up to the scale-down quantile: see the module's
+    docstring) (all req/s), and how many past horizons the quantiles rest on."""
 
     level: float
     point: float
     upper: float
+    planned: float
     errors: int
 
 
@@ -156,29 +188,49 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
         pending = pending[1:]
     if state.level is None:
         fresh = ForecastState(y, 0.0, step, (), recent, errors)
-        return replace(fresh, pending=(_horizon_point(config, fresh),))
-    level = config.alpha * y + (1.0 - config.alpha) * (state.level + state.trend)
-    trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
-    new = ForecastState(level, trend, step, pending, recent, errors)
-    return replace(new, pending=(*pending, _horizon_point(config, new))[-h:])
+        fresh = replace(fresh, pending=(_horizon_point(config, fresh),))
+    else:
+        level = config.alpha * y + (1.0 - config.alpha) * (state.level + state.trend)
+        trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
+        fresh = ForecastState(level, trend, step, pending, recent, errors, state.held)
+        fresh = replace(fresh, pending=(*pending, _horizon_point(config, fresh))[-h:])
+    return replace(fresh, held=_planned(fresh, config))
+
+
+def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> float:
+    """The horizon error's ``quantile`` (log), never below 0: a quantile under the point forecast would
+    plan for less than expected."""
+    if len(state.errors) >= config.min_history:
+        return max(float(np.quantile(np.array(state.errors), quantile)), 0.0)
+    return config.default_margin
+
+
+def _planned(state: ForecastState, config: ForecastConfig) -> float:
+    """The log rate to plan for: the upper forecast, or with a hysteresis, the rate planned before
+    within [upper, scale-down quantile]."""
+    assert state.level is not None
+    point = _horizon_point(config, state)
+    up = point + _margin(state, config, config.quantile)
+    if config.down_quantile is None or state.held is None:
+        return up
+    return max(up, min(point + _margin(state, config, config.down_quantile), state.held))
 
 
 def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
     """The forecast from ``state``: the horizon's peak rate, point and upper quantile (req/s). A state
     that has seen nothing forecasts 0."""
     if state.level is None:
-        return Forecast(0.0, 0.0, 0.0, 0)
+        return Forecast(0.0, 0.0, 0.0, 0.0, 0)
     point = _horizon_point(config, state)
-    if len(state.errors) >= config.min_history:
-        margin = float(np.quantile(np.array(state.errors), config.quantile))
-    else:
-        margin = config.default_margin
-    # Never below the point forecast: a quantile under it would plan for less than expected.
-    margin = max(margin, 0.0)
     floor = config.floor
+
+    def rate(log_rate: float) -> float:
+        return max(math.exp(log_rate) - floor, 0.0)
+
     return Forecast(
-        level=max(math.exp(state.level) - floor, 0.0),
-        point=max(math.exp(point) - floor, 0.0),
-        upper=max(math.exp(point + margin) - floor, 0.0),
+        level=rate(state.level),
+        point=rate(point),
+        upper=rate(point + _margin(state, config, config.quantile)),
+        planned=rate(_planned(state, config)),
         errors=len(state.errors),
     )

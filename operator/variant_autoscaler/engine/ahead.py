@@ -68,6 +68,7 @@ def _forecast_config(cfg: MainConfig) -> ForecastConfig | None:
         interval_s=_step_seconds(cfg),
         horizon_s=cfg.forecast_horizon_seconds,
         quantile=cfg.forecast_quantile,
+        down_quantile=cfg.forecast_down_quantile,
     )
 
 
@@ -127,6 +128,7 @@ class ForecastBook:
         if entry.found is not None:
             body["upperRate"] = f"{60.0 * entry.found.upper:.4g}"
             body["pointRate"] = f"{60.0 * entry.found.point:.4g}"
+            body["plannedRate"] = f"{60.0 * entry.found.planned:.4g}"
         return body
 
     def forecast(
@@ -136,7 +138,8 @@ class ForecastBook:
         cfg: MainConfig,
         now: datetime,
     ) -> dict[ModelKey, float]:
-        """One cycle: each model's forecast upper quantile (req/min) by (model, namespace), learning this
+        """One cycle: each model's rate to plan for (req/min: the forecast's upper quantile, held up to its
+        scale-down quantile) by (model, namespace), learning this
         cycle's arrivals (or demand); the state a previous process left in the VAs' status is taken up
         first."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
@@ -153,7 +156,7 @@ class ForecastBook:
             rate = forecast_input(lookup.metrics.arrival_rate, lookup.metrics.offered_rate)
             found = self.update((model, namespace), rate, now, cfg)
             if found is not None:
-                out[(model, namespace)] = found.upper * 60.0
+                out[(model, namespace)] = found.planned * 60.0
         return out
 
 

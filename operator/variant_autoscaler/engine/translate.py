@@ -345,13 +345,16 @@ def _gpus(ctx: VariantContext) -> tuple[str, int] | None:
     return (accelerator, units) if accelerator and units else None
 
 
-def _stabilization(va: VariantAutoscaling | None, cfg: MainConfig, mode: ActuationMode) -> float:
-    """The variant's scale-down stabilisation window (s): its spec's, else the default for its mode."""
+def _stabilization(
+    va: VariantAutoscaling | None, cfg: MainConfig, mode: ActuationMode, *, ahead: bool = False
+) -> float:
+    """The variant's scale-down stabilisation window (s): its spec's, else the default for its mode
+    (``ahead``: it is planned ahead of the load)."""
     if va is not None and va.spec.scale_down is not None:
         window = va.spec.scale_down.stabilization_window_seconds
         if window is not None:
             return float(window)
-    return cfg.stabilization_for(mode)
+    return cfg.stabilization_for(mode, ahead=ahead)
 
 
 def target_view(target: ScaleTarget | None) -> TargetView | None:
@@ -424,7 +427,7 @@ def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
         unit_cost = float(va.spec.variant_cost)
     elif ctx.annotated is not None:
         unit_cost = ctx.annotated.variant_cost
-    stabilization = _stabilization(va, cfg, mode)
+    stabilization = _stabilization(va, cfg, mode, ahead=ctx.key in outcome.ahead)
     return DecisionInputs(
         now=now,
         namespace=ctx.key[0],

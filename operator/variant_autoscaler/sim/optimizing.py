@@ -318,14 +318,9 @@ class OptimizerPolicy(Policy):
         self.replica_policy = replica_policy
         self._planner = planner
         cfg = self.inputs.config
-        self.stabilization_s = (
-            stabilization_s if stabilization_s is not None else cfg.stabilization_for("patch")
-        )
         self.pending_timeout_s = (
             pending_timeout_s if pending_timeout_s is not None else cfg.pending_timeout_seconds
         )
-        # The replica policy keeps a variant's replicas through the scale-down window: plans know it.
-        self._keeps = replica_policy and self.stabilization_s > 0
         self._state: dict[str, _VariantState] = {v.name: _VariantState() for v in scenario.variants}
         self.last_outcome: PlanOutcome | None = None
         if forecast_s < 0:
@@ -350,12 +345,27 @@ class OptimizerPolicy(Policy):
             m.model_id for m in scenario.models if (guard if guard is not None else m.model_id in ahead)
         )
         quantile = forecast_quantile or cfg.forecast_quantile or DEFAULT_QUANTILE  # the operator's
+        down = cfg.forecast_down_quantile
         self._forecast_cfg = {
             m.model_id: ForecastConfig(
-                interval_s=interval_s, horizon_s=m.startup_s + interval_s, quantile=quantile
+                interval_s=interval_s,
+                horizon_s=m.startup_s + interval_s,
+                quantile=quantile,
+                down_quantile=None if down is None else max(down, quantile),
             )
             for m in scenario.models
         }
+        # The scale-down window, per model: the operator's default for its mode, shorter where the
+        # forecast's hysteresis holds the plans (models planned ahead with the quantile forecast).
+        held = {m for m in ahead if self.forecast_mode[m] == "quantile"}
+        self.stabilization_s: dict[str, float] = {
+            m.model_id: stabilization_s
+            if stabilization_s is not None
+            else cfg.stabilization_for("patch", ahead=m.model_id in held)
+            for m in scenario.models
+        }
+        # The replica policy keeps a variant's replicas through the scale-down window: plans know it.
+        self._keeps = {m: replica_policy and w > 0 for m, w in self.stabilization_s.items()}
         self._forecasts: dict[str, ForecastState] = {m.model_id: ForecastState() for m in scenario.models}
         self._startup = {m.model_id: m.startup_s for m in scenario.models}
         tick = guard_interval_s if guard_interval_s is not None else scenario.settings.scrape_interval_s
@@ -407,7 +417,7 @@ class OptimizerPolicy(Policy):
                     ahead_rpm=ahead.get(var.model) if ahead is not None else None,
                     # As the operator: its replicas outlive this plan while the replica policy
                     # stabilises scale-down.
-                    kept_replicas=current[var.name] if self._keeps else 0,
+                    kept_replicas=current[var.name] if self._keeps[var.model] else 0,
                 )
             )
         request = PlanRequest(
@@ -524,7 +534,7 @@ class OptimizerPolicy(Policy):
             if mode == "none":
                 continue
             found = forecast_rate(state, cfg)
-            rate = (found.upper if mode == "quantile" else found.point) * 60.0
+            rate = (found.planned if mode == "quantile" else found.point) * 60.0
             if self._forecast_auto:
                 ahead[model] = rate
             else:
@@ -631,7 +641,7 @@ class OptimizerPolicy(Policy):
                 last_desired=state.last_desired,
                 min_replicas=low,
                 max_replicas=va.spec.max_replicas,
-                stabilization_seconds=self.stabilization_s,
+                stabilization_seconds=self.stabilization_s[var.model],
                 history=state.history,
                 last_scale_time=state.last_scale_time,
                 # Attainment classes count starting replicas as supply (the plan covers start-up + one

@@ -115,6 +115,26 @@ def test_stabilization_defaults_depend_on_mode() -> None:
     assert cfg.stabilization_for("metrics") == 0.0
     assert cfg.stabilization_for("patch") == 300.0
     assert cfg.stabilization_for("shadow") == 300.0
+    # A variant planned ahead of the load (attainment class): the forecast's hysteresis holds its plans.
+    assert cfg.stabilization_for("patch", ahead=True) == 60.0
+    assert cfg.stabilization_for("metrics", ahead=True) == 0.0  # the HPA's own window applies
+    for off in ({"FORECAST_QUANTILE": "0"}, {"FORECAST_SCALE_DOWN_QUANTILE": "0"}):
+        assert parse_main_config(off).stabilization_for("patch", ahead=True) == 300.0, off
+    told = parse_main_config({"SCALE_DOWN_STABILIZATION_WINDOW": "2m"})
+    assert told.stabilization_for("patch", ahead=True) == 120.0
+
+
+def test_the_forecast_scales_up_for_one_quantile_and_down_below_another() -> None:
+    cfg = parse_main_config({})
+    assert (cfg.forecast_quantile, cfg.forecast_down_quantile, cfg.forecast_holds) == (0.5, 0.9, True)
+    # A scale-up quantile above the default scale-down one raises it along (no ConfigError).
+    assert parse_main_config({"FORECAST_QUANTILE": "0.95"}).forecast_down_quantile == 0.95
+    assert parse_main_config({"FORECAST_SCALE_DOWN_QUANTILE": "0.8"}).forecast_down_quantile == 0.8
+    none = parse_main_config({"FORECAST_SCALE_DOWN_QUANTILE": "0"})
+    assert none.forecast_down_quantile is None and not none.forecast_holds
+    for bad in ("0.4", "1", "often"):
+        with pytest.raises(ConfigError, match="FORECAST_SCALE_DOWN_QUANTILE"):
+            parse_main_config({"FORECAST_SCALE_DOWN_QUANTILE": bad})
 
 
 @pytest.mark.parametrize(

@@ -80,3 +80,55 @@ def test_bad_inputs() -> None:
     # Zero rates are fine (the floor keeps the log finite).
     state, _ = _run([0.0] * 10, ForecastConfig())
     assert forecast(state, ForecastConfig()).point == pytest.approx(0.0, abs=1e-12)
+
+
+def _planned(rates: list[float], config: ForecastConfig) -> tuple[ForecastState, list[tuple[float, float]]]:
+    """Per step: the planned rate and the scale-up (upper) forecast."""
+    state, out = ForecastState(), []
+    for r in rates:
+        state = update(state, r, config)
+        f = forecast(state, config)
+        out.append((f.planned, f.upper))
+    return state, out
+
+
+def _noisy(mean: list[float], seed: int = 3) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return (rng.poisson(np.array(mean) * 60.0) / 60.0).tolist()
+
+
+def test_without_a_scale_down_quantile_the_plan_follows_the_upper_forecast() -> None:
+    config = ForecastConfig(quantile=0.5)
+    _, steps = _planned(_noisy([20.0] * 100 + [5.0] * 50), config)
+    assert all(planned == upper for planned, upper in steps)
+
+
+def test_the_hysteresis_rises_with_the_upper_forecast_and_falls_only_below_the_scale_down_quantile() -> None:
+    up, down = ForecastConfig(quantile=0.5), ForecastConfig(quantile=0.5, down_quantile=0.9)
+    rates = _noisy([20.0] * 150 + [40.0] * 20 + [8.0] * 60)
+    state, steps = _planned(rates, down)
+    plain = _run(rates, up)[1]
+    highs = _run(rates, ForecastConfig(quantile=0.9))[1]
+    previous = 0.0
+    for k, ((planned, upper), bare, high) in enumerate(zip(steps, plain, highs, strict=True)):
+        assert upper == pytest.approx(bare)  # the scale-up forecast itself is unchanged
+        assert upper - 1e-9 <= planned <= max(high, upper) + 1e-9
+        if planned < previous - 1e-9:  # a fall: only as far as the 0.9 quantile asks
+            assert planned == pytest.approx(max(upper, high), rel=1e-9), k
+        previous = planned
+    # On a steady noisy load the plan sits above the median forecast (it keeps what the noise asked)...
+    steady = [p - u for p, u in steps[60:150]]
+    assert float(np.mean(steady)) > 0 and max(p / u for p, u in steps[60:150]) > 1.02
+    # ...rises at once with the step up, and comes down after the load has fallen.
+    assert steps[152][0] >= steps[152][1] and steps[-1][0] < 0.5 * steps[165][0]
+    # The held rate is part of the state and round-trips.
+    back = ForecastState.from_json(json.loads(json.dumps(state.to_json())))
+    assert back.held is not None and forecast(back, down).planned == pytest.approx(steps[-1][0], rel=1e-5)
+
+
+def test_a_scale_down_quantile_below_the_scale_up_one_is_refused() -> None:
+    with pytest.raises(ModelError, match="scale-down quantile"):
+        ForecastConfig(quantile=0.75, down_quantile=0.5)
+    with pytest.raises(ModelError):
+        ForecastConfig(quantile=0.5, down_quantile=1.0)
+    ForecastConfig(quantile=0.5, down_quantile=0.5)  # equal: no hysteresis, allowed

@@ -196,6 +196,18 @@ def test_starting_replicas_count_as_supply_for_attainment_classes_only() -> None
     assert wait.decide(obs) == {}  # 2 of them are still starting
 
 
+def test_ours_shortens_the_scale_down_window_only_where_the_forecast_holds_the_plans() -> None:
+    """As the operator: an attainment class planned with the quantile forecast (its hysteresis) gets
+    the one-minute window; the ablation without a forecast, or a class stating means, keeps five."""
+    sc = load_bundled("flash-crowd")
+    model = sc.models[0].model_id
+    assert ours_policy(sc, planner=Recording()).stabilization_s[model] == 60.0
+    assert ours_policy(sc, planner=Recording(), forecast="none").stabilization_s[model] == 300.0
+    assert ours_policy(sc, planner=Recording(), forecast="point").stabilization_s[model] == 300.0
+    means = replace(sc, models=tuple(replace(m, slo_attainment=0.0) for m in sc.models))
+    assert ours_policy(means, planner=Recording()).stabilization_s[model] == 300.0
+
+
 def test_upstream_saturation_baselines_scale_on_kv_and_queue() -> None:
     sc = load_bundled("flash-crowd")
     name = sc.variants[0].name
