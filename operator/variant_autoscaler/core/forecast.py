@@ -164,6 +164,9 @@ class Forecast:
     upper: float
     planned: float
     errors: int
+    # Whether the hysteresis holds the plans: a scale-down quantile is set and enough horizons' errors
+    # are known for it to differ from the upper quantile (before, both are the one default margin).
+    holds: bool = False
 
 
 def _horizon_point(config: ForecastConfig, state: ForecastState) -> float:
@@ -220,7 +223,7 @@ def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
     """The forecast from ``state``: the horizon's peak rate, point and upper quantile (req/s). A state
     that has seen nothing forecasts 0."""
     if state.level is None:
-        return Forecast(0.0, 0.0, 0.0, 0.0, 0)
+        return Forecast(0.0, 0.0, 0.0, 0.0, 0, holds=False)
     point = _horizon_point(config, state)
     floor = config.floor
 
@@ -233,4 +236,5 @@ def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
         upper=rate(point + _margin(state, config, config.quantile)),
         planned=rate(_planned(state, config)),
         errors=len(state.errors),
+        holds=config.down_quantile is not None and len(state.errors) >= config.min_history,
     )

@@ -38,7 +38,7 @@ from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastS
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.policy import siblings_starting
 from variant_autoscaler.engine.configs import CycleConfig
-from variant_autoscaler.engine.translate import VariantContext
+from variant_autoscaler.engine.translate import VariantContext, actuation_mode, stabilization_window
 from variant_autoscaler.errors import KubeError, ModelError, VariantAutoscalerError
 from variant_autoscaler.planner import PlanOutcome, VariantKey
 
@@ -116,6 +116,12 @@ class ForecastBook:
             entry.updated = now
         entry.found = forecast(entry.state, fcfg)
         return entry.found
+
+    def holds(self, key: ModelKey) -> bool:
+        """Whether the model's forecast holds its plans (the hysteresis between the scale-up and
+        scale-down quantiles is informed: past the forecaster's warm-up)."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.found is not None and entry.found.holds
 
     def status(self, key: ModelKey) -> dict[str, Any] | None:
         """``status.forecast`` for the VAs of that model: the state and the latest forecast (req/min)."""
@@ -195,14 +201,19 @@ def ahead_inputs(
     forecasts: ForecastBook,
     ctx: VariantContext,
     inputs: DecisionInputs,
+    *,
+    cfg: MainConfig,
     siblings: int = 0,
 ) -> DecisionInputs:
     """A variant planned for attainment targets: its model's forecast goes into its status, replicas
     still starting count as supply (no waiting for them before a larger plan: the plan covers
     start-up + one interval), a scale-down waits while ``siblings`` replicas of the model's other
-    variants are still starting (make before break), and a scale-up by the burst guard since the last
-    cycle joins the recommendations, so that scale-down stabilisation keeps it."""
+    variants are still starting (make before break), a scale-up by the burst guard since the last
+    cycle joins the recommendations, so that scale-down stabilisation keeps it, and once the forecast's
+    hysteresis holds the model's plans, the shorter default scale-down window applies (until then, a
+    new model's first plans, and its initial replicas, keep the longer one)."""
     assert ctx.va is not None
+    model = (ctx.va.spec.model_id, ctx.key[0])
     previous = dict(inputs.previous)
     action = guard.actions().get(ctx.key)
     if action is not None:
@@ -215,7 +226,10 @@ def ahead_inputs(
         previous=previous,
         pending_timeout_seconds=0.0,
         siblings_starting=siblings,
-        forecast=forecasts.status((ctx.va.spec.model_id, ctx.key[0])),
+        forecast=forecasts.status(model),
+        stabilization_seconds=stabilization_window(
+            ctx.va, cfg, actuation_mode(ctx.va, cfg), ahead=forecasts.holds(model)
+        ),
     )
 
 

@@ -789,7 +789,8 @@ class Engine:
         inputs = decision_inputs(ctx, facts)
         now = facts.now
         if ctx.va is not None and ctx.key in facts.outcome.ahead:
-            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs, self._siblings.get(ctx.key, 0))
+            siblings = self._siblings.get(ctx.key, 0)
+            inputs = ahead_inputs(self.guard, self.forecasts, ctx, inputs, cfg=facts.cfg, siblings=siblings)
         if ctx.va is None or ctx.invalid:
             message = ctx.invalid or "invalid spec"
             invalid = report_invalid(inputs, message)

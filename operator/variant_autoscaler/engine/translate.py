@@ -51,6 +51,7 @@ __all__ = [
     "plan_variant",
     "pod_owner",
     "short_validation",
+    "stabilization_window",
     "target_view",
 ]
 
@@ -326,7 +327,7 @@ def plan_variant(
             workload=snapshot.workload(model, namespace) if snapshot is not None else None,
             ahead_rpm=(ahead or {}).get((model, namespace)),
             # Its replicas outlive this plan while its scale-down is stabilised (the replica policy).
-            kept_replicas=ctx.target.spec_replicas if _stabilization(ctx.va, cfg, mode) > 0 else 0,
+            kept_replicas=ctx.target.spec_replicas if stabilization_window(ctx.va, cfg, mode) > 0 else 0,
         )
     except ConfigError as exc:
         ctx.invalid = f"invalid spec: {exc}"
@@ -345,11 +346,11 @@ def _gpus(ctx: VariantContext) -> tuple[str, int] | None:
     return (accelerator, units) if accelerator and units else None
 
 
-def _stabilization(
+def stabilization_window(
     va: VariantAutoscaling | None, cfg: MainConfig, mode: ActuationMode, *, ahead: bool = False
 ) -> float:
     """The variant's scale-down stabilisation window (s): its spec's, else the default for its mode
-    (``ahead``: it is planned ahead of the load)."""
+    (``ahead``: it is planned ahead of the load, with the forecast's hysteresis holding its plans)."""
     if va is not None and va.spec.scale_down is not None:
         window = va.spec.scale_down.stabilization_window_seconds
         if window is not None:
@@ -427,7 +428,7 @@ def decision_inputs(ctx: VariantContext, facts: CycleFacts) -> DecisionInputs:
         unit_cost = float(va.spec.variant_cost)
     elif ctx.annotated is not None:
         unit_cost = ctx.annotated.variant_cost
-    stabilization = _stabilization(va, cfg, mode, ahead=ctx.key in outcome.ahead)
+    stabilization = stabilization_window(va, cfg, mode)
     return DecisionInputs(
         now=now,
         namespace=ctx.key[0],

@@ -355,17 +355,15 @@ class OptimizerPolicy(Policy):
             )
             for m in scenario.models
         }
-        # The scale-down window, per model: the operator's default for its mode, shorter where the
-        # forecast's hysteresis holds the plans (models planned ahead with the quantile forecast).
-        held = {m for m in ahead if self.forecast_mode[m] == "quantile"}
-        self.stabilization_s: dict[str, float] = {
-            m.model_id: stabilization_s
-            if stabilization_s is not None
-            else cfg.stabilization_for("patch", ahead=m.model_id in held)
-            for m in scenario.models
-        }
+        # The scale-down window: this policy's, else the operator's default in patch mode, which is
+        # shorter for a model planned ahead with the quantile forecast once its hysteresis holds the
+        # plans (``holds``: past the forecaster's warm-up).
+        self._window = stabilization_s
+        self._holds: dict[str, bool] = {}
         # The replica policy keeps a variant's replicas through the scale-down window: plans know it.
-        self._keeps = {m: replica_policy and w > 0 for m, w in self.stabilization_s.items()}
+        self._keeps = replica_policy and (
+            stabilization_s > 0 if stabilization_s is not None else cfg.stabilization_for("patch") > 0
+        )
         self._forecasts: dict[str, ForecastState] = {m.model_id: ForecastState() for m in scenario.models}
         self._startup = {m.model_id: m.startup_s for m in scenario.models}
         tick = guard_interval_s if guard_interval_s is not None else scenario.settings.scrape_interval_s
@@ -376,6 +374,12 @@ class OptimizerPolicy(Policy):
         self._room: dict[str, int] = {}
         self._guard_params = GuardParams()
         self.guard_actions = 0
+
+    def stabilization_s(self, model: str) -> float:
+        """The scale-down window of ``model``'s variants now (s)."""
+        if self._window is not None:
+            return self._window
+        return self.inputs.config.stabilization_for("patch", ahead=self._holds.get(model, False))
 
     @property
     def planner(self) -> Planner:
@@ -417,7 +421,7 @@ class OptimizerPolicy(Policy):
                     ahead_rpm=ahead.get(var.model) if ahead is not None else None,
                     # As the operator: its replicas outlive this plan while the replica policy
                     # stabilises scale-down.
-                    kept_replicas=current[var.name] if self._keeps[var.model] else 0,
+                    kept_replicas=current[var.name] if self._keeps else 0,
                 )
             )
         request = PlanRequest(
@@ -534,6 +538,7 @@ class OptimizerPolicy(Policy):
             if mode == "none":
                 continue
             found = forecast_rate(state, cfg)
+            self._holds[model] = mode == "quantile" and found.holds
             rate = (found.planned if mode == "quantile" else found.point) * 60.0
             if self._forecast_auto:
                 ahead[model] = rate
@@ -641,7 +646,7 @@ class OptimizerPolicy(Policy):
                 last_desired=state.last_desired,
                 min_replicas=low,
                 max_replicas=va.spec.max_replicas,
-                stabilization_seconds=self.stabilization_s[var.model],
+                stabilization_seconds=self.stabilization_s(var.model),
                 history=state.history,
                 last_scale_time=state.last_scale_time,
                 # Attainment classes count starting replicas as supply (the plan covers start-up + one
