@@ -26,8 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from variant_autoscaler.api.config import (
+    DEFAULT_AHEAD_STABILIZATION_SECONDS,
+    DEFAULT_PATCH_STABILIZATION_SECONDS,
+)
 from variant_autoscaler.api.documents import load_document
-from variant_autoscaler.core.forecast import DEFAULT_QUANTILE
+from variant_autoscaler.core.forecast import DEFAULT_DOWN_QUANTILE, DEFAULT_QUANTILE
 from variant_autoscaler.sim.cluster import scenario_arrivals
 from variant_autoscaler.sim.config import parse_scenario
 from variant_autoscaler.sim.observe import Action, Observation, PolicyContext
@@ -388,8 +392,11 @@ def _why_cost(report: Mapping[str, Any]) -> str:
         f"ours holds {ours_gpu:.1f} GPU-h against the oracle's {oracle_gpu:.1f}: "
         f"{br['starting']:.1f} GPU-h in replicas still starting (the oracle starts instantly), and "
         f"{br['excess']:.1f} replica-hours above the oracle's allocation, minute by minute: the forecast's "
-        "upper quantile (a plan made now must hold until start-up + one interval, the oracle's only for "
-        "the coming minute, whose load it knows) and the 300 s scale-down stabilisation"
+        "quantiles (a plan made now must hold until start-up + one interval, the oracle's only for "
+        "the coming minute, whose load it knows; and it falls only below the forecast's "
+        f"{DEFAULT_DOWN_QUANTILE:g} quantile) and the scale-down stabilisation "
+        f"({DEFAULT_PATCH_STABILIZATION_SECONDS:.0f} s until that hysteresis holds, after the forecaster's "
+        f"warm-up, then {DEFAULT_AHEAD_STABILIZATION_SECONDS:.0f} s)"
         + (
             f", {br['initial']:.1f} of them in the first {FIRST_WINDOW_S / 60:.0f} minutes (the scenario's "
             "initial replicas, kept one stabilisation window before a first scale-down; the oracle "
@@ -564,7 +571,8 @@ def run(jobs: int | None = None) -> str:
         "the saturation analyzers, V1 every 60 s, V2 every 15 s, applied as WVA's sample HPA does), `ours` "
         "(the operator in patch mode: limited mode over the inventory, the load shared across a model's "
         "variants, tail sizing on the burstiness and lengths read over the last 10 minutes, the demand "
-        f"forecast's {DEFAULT_QUANTILE:g} quantile over start-up + one interval, the burst guard every "
+        f"forecast over start-up + one interval, rising with its {DEFAULT_QUANTILE:g} quantile and falling "
+        f"only below its {DEFAULT_DOWN_QUANTILE:g} quantile, the burst guard every "
         "scrape, starting replicas counted as supply and no variant scaled down while the replicas that "
         "replace it start, the operator's replica policy), `oracle` (each minute, the fewest "
         "replicas the tail model says keep 99 % of that minute's requests within SLO, knowing the load "
@@ -601,7 +609,9 @@ def run(jobs: int | None = None) -> str:
         "Ours with one choice per part, over the same requests: *sizing* `mean` (the classes' TTFT and ITL "
         "read as means, WVA's meaning) or `tail` (99 % of requests, the tail model on the measured "
         "workload); *forecast* `none` (the observed demand), `point` (at least Holt's forecast of the "
-        f"horizon's peak) or `quantile` (at least its {DEFAULT_QUANTILE:g} quantile); *guard* off or on. "
+        f"horizon's peak) or `quantile` (at least the rate planned with its {DEFAULT_QUANTILE:g} quantile up "
+        f"and {DEFAULT_DOWN_QUANTILE:g} down, and the shorter scale-down window once that holds); *guard* "
+        "off or on. "
         "Each cell: the share within SLO (scarce: of the first-priority class) and the cost against the "
         "oracle's.",
         "",

@@ -25,8 +25,8 @@ class Sample:
     ttft_measured: float | None
     itl_predicted: float | None
     itl_measured: float | None
-    # Attainment classes: the operator's forecast (status.forecast.upperRate, req/min) and the burst
-    # guard's scale-ups so far (inferno_replica_scaling_total{reason="guard"}).
+    # Attainment classes: the rate the operator planned for (status.forecast.plannedRate, req/min) and
+    # the burst guard's scale-ups so far (inferno_replica_scaling_total{reason="guard"}).
     forecast_rpm: float | None = None
     guard_scalings: float | None = None
 
@@ -87,7 +87,7 @@ def plot(
         )
         forecast = _series(samples, "forecast_rpm")
         if forecast[0]:
-            load_ax.plot(*forecast, color=colour, linestyle="--", label=f"{name}: forecast (upper quantile)")
+            load_ax.plot(*forecast, color=colour, linestyle="--", label=f"{name}: forecast planned for")
         guarded = _guard_times(samples)
         if guarded:
             heights = [_at(samples, t, "replicas") for t in guarded]

@@ -330,10 +330,16 @@ def observe(
         ttft_measured=ttft_measured,
         itl_predicted=row.itl_predicted,
         itl_measured=itl_measured,
-        forecast_rpm=_float((status.get("forecast") or {}).get("upperRate")),
+        forecast_rpm=_planned_rpm(status.get("forecast") or {}),
         guard_scalings=guard_scalings,
     )
     return row, sample
+
+
+def _planned_rpm(forecast: dict[str, Any]) -> float | None:
+    """The rate the operator planned for (req/min); an operator before plannedRate gave upperRate."""
+    planned = _float(forecast.get("plannedRate"))
+    return planned if planned is not None else _float(forecast.get("upperRate"))
 
 
 def rate_at(schedule: Sequence[tuple[float, float]], t: float, scale: float) -> float | None:

@@ -114,6 +114,10 @@ def test_the_forecast_survives_a_restart_and_the_guard_scales_between_cycles(
             "a forecast learnt over two intervals, planned for",
         )
         assert float(_forecast(va)["upperRate"]) > 0
+        # What the plan is made for: the upper forecast, held (hysteresis) up to the scale-down quantile;
+        # the real API server's schema keeps the held rate too.
+        assert float(_forecast(va)["plannedRate"]) >= float(_forecast(va)["upperRate"])
+        assert "held" in _forecast(va)
         # The tail model's inputs: a fixed set of ten queries more than the cycle's own (the load's and
         # the profile learning's).
         assert first.metric("variant_autoscaler_promql_queries_last_cycle") == (

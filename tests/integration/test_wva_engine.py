@@ -11,6 +11,7 @@ manifests include, are plain Deployments.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -123,8 +124,18 @@ def _decided_saying(cluster: LocalCluster, namespace: str, name: str, text: str,
 
 
 def _replicas(cluster: LocalCluster, namespace: str, name: str) -> int:
-    out = cluster.kubectl("get", "deployment", "-n", namespace, name, "-o", "jsonpath={.spec.replicas}")
+    """The Deployment's spec replicas (0 while it does not exist)."""
+    out = cluster.kubectl(
+        "get", "deployment", "-n", namespace, name, "-o", "jsonpath={.spec.replicas}", check=False
+    )
     return int(out.stdout or 0)
+
+
+def _cluster_wide(cluster: LocalCluster, sa_config: Path, tmp_path: Path, instance: str) -> OperatorProcess:
+    """An operator serving every namespace, confined by its controller instance to the VAs labelled for
+    it (the cluster is shared with the other tests)."""
+    env = {**_prometheus_env(cluster), "CONTROLLER_INSTANCE": instance}
+    return OperatorProcess(sa_config, None, tmp_path, env=env)
 
 
 def _model_alone(va_body: dict[str, Any], classes: dict[str, str], costs: dict[str, str]) -> int:
@@ -304,13 +315,7 @@ def test_deleting_the_target_leaves_the_va_and_recreating_it_resumes_scaling(
     try:
         _series_ready(full_cluster, ns)
         with running(operator):
-
-            def replicas() -> int:
-                out = full_cluster.kubectl(
-                    "get", "deployment", "-n", ns, name, "-o", "jsonpath={.spec.replicas}", check=False
-                )
-                return int(out.stdout or 0)
-
+            replicas = functools.partial(_replicas, full_cluster, ns, name)
             wait_for(lambda: replicas() == 2, timeout=90, what="saturation-v1 to scale the target to 2")
             body = get_va(full_cluster, ns, name)
             assert "ownerReferences" not in body["metadata"]  # removed: exactly ours
@@ -377,11 +382,8 @@ def test_a_namespaces_own_saturation_configmap_and_the_exclude_annotation(
         "data": {"default": "kvCacheThreshold: 0.95\nkvSpareTrigger: 0.05\n"},
     }
     full_cluster.apply(local)
-    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "namespaces-test"}
-    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
-
-    def replicas() -> int:
-        return _replicas(full_cluster, ns, name)
+    operator = _cluster_wide(full_cluster, sa_config, tmp_path, "namespaces-test")
+    replicas = functools.partial(_replicas, full_cluster, ns, name)
 
     try:
         _series_ready(full_cluster, ns)
@@ -477,11 +479,8 @@ def test_wvas_gpu_limiter_holds_a_saturation_scale_up_until_gpus_are_free(
             "rollout", "status", "-n", ns, f"deployment/{hog['metadata']['name']}", "--timeout=90s"
         )
     full_cluster.apply(_saturation_config("enableLimiter: true\n"))
-    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "limiter-test"}
-    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
-
-    def replicas() -> int:
-        return _replicas(full_cluster, ns, name)
+    operator = _cluster_wide(full_cluster, sa_config, tmp_path, "limiter-test")
+    replicas = functools.partial(_replicas, full_cluster, ns, name)
 
     try:
         _series_ready(full_cluster, ns)
@@ -527,8 +526,8 @@ def test_wvas_namespace_quota_caps_a_namespace_below_the_inventory_until_it_is_r
         return _saturation_config(f"enableLimiter: true\n{limiters}")
 
     full_cluster.apply(quota(2))
-    env = {**_prometheus_env(full_cluster), "CONTROLLER_INSTANCE": "quota-test"}
-    operator = OperatorProcess(sa_config, None, tmp_path, env=env)
+    operator = _cluster_wide(full_cluster, sa_config, tmp_path, "quota-test")
+    replicas = functools.partial(_replicas, full_cluster, ns, name)
     try:
         _series_ready(full_cluster, ns)
         with running(operator):
@@ -537,13 +536,9 @@ def test_wvas_namespace_quota_caps_a_namespace_below_the_inventory_until_it_is_r
             )
             assert "limited by the namespace GPU quota ('tenants') to 1 (asked 2)" in _reason(decided)
             assert f"namespace {ns} may hold 2 NVIDIA-A100-PCIE-80GB, 2 held now" in _reason(decided)
-            assert _replicas(full_cluster, ns, name) == 1
+            assert replicas() == 1
             full_cluster.apply(quota(4))
-            wait_for(
-                lambda: _replicas(full_cluster, ns, name) == 2,
-                timeout=120,
-                what="the scale-up the quota allows",
-            )
+            wait_for(lambda: replicas() == 2, timeout=120, what="the scale-up the quota allows")
     finally:
         full_cluster.kubectl(
             "delete", "configmap", "-n", OPERATOR_NS, "wva-saturation-scaling-config", check=False

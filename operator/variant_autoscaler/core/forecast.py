@@ -66,8 +66,8 @@ class ForecastConfig:
     which the planned rate may fall (None: the planned rate is the upper forecast, no hysteresis).
     ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend. ``history`` errors
     are kept for the quantiles; below ``min_history`` the upper forecast adds ``default_margin`` (in
-    log rate: 0.3 is +35 %). ``floor`` (req/s) is added
-    before taking logs so that an idle model has a finite log rate.
+    log rate: 0.3 is +35 %). ``floor`` (req/s) is added before taking logs so that an idle model has a
+    finite log rate.
     """
 
     interval_s: float = 60.0
@@ -220,8 +220,8 @@ def _planned(state: ForecastState, config: ForecastConfig) -> float:
 
 
 def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
-    """The forecast from ``state``: the horizon's peak rate, point and upper quantile (req/s). A state
-    that has seen nothing forecasts 0."""
+    """The forecast from ``state``: the horizon's peak rate, point and upper quantile, and the rate to
+    plan for (req/s). A state that has seen nothing forecasts 0."""
     if state.level is None:
         return Forecast(0.0, 0.0, 0.0, 0.0, 0, holds=False)
     point = _horizon_point(config, state)
