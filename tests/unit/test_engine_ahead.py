@@ -100,7 +100,7 @@ async def test_after_a_fall_the_plan_holds_to_the_scale_down_quantile_with_a_one
     quantile allows (status.forecast.plannedRate, held); with that hysteresis an attainment class's
     default scale-down window in patch mode is one minute, not five."""
     h = _harness()
-    # Past the forecast's warm-up (10 horizons' errors: until then both quantiles are one fixed margin).
+    # Past the forecast's warm-up (20 horizons' errors: until then both quantiles are one fixed margin).
     for rpm in (600.0, 900.0, 500.0, 1200.0, 700.0, 600.0) * 5:
         h.load(rpm)
         await h.engine.run_cycle()

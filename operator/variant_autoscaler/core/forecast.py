@@ -77,7 +77,7 @@ class ForecastConfig:
     alpha: float = 0.5
     beta: float = 0.1
     history: int = 240
-    min_history: int = 10
+    min_history: int = 20
     default_margin: float = 0.3
     floor: float = 0.05
 
