@@ -197,7 +197,7 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
         trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
         fresh = ForecastState(level, trend, step, pending, recent, errors, state.held)
         fresh = replace(fresh, pending=(*pending, _horizon_point(config, fresh))[-h:])
-    return replace(fresh, held=_planned(fresh, config))
+    return replace(fresh, held=_levels(fresh, config)[2])
 
 
 def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> float:
@@ -208,15 +208,15 @@ def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> fl
     return config.default_margin
 
 
-def _planned(state: ForecastState, config: ForecastConfig) -> float:
-    """The log rate to plan for: the upper forecast, or with a hysteresis, the rate planned before
-    within [upper, scale-down quantile]."""
+def _levels(state: ForecastState, config: ForecastConfig) -> tuple[float, float, float]:
+    """The horizon's point forecast, its upper quantile and the rate to plan for (log req/s): the upper
+    forecast, or with a hysteresis, the rate planned before within [upper, scale-down quantile]."""
     assert state.level is not None
     point = _horizon_point(config, state)
     up = point + _margin(state, config, config.quantile)
     if config.down_quantile is None or state.held is None:
-        return up
-    return max(up, min(point + _margin(state, config, config.down_quantile), state.held))
+        return point, up, up
+    return point, up, max(up, min(point + _margin(state, config, config.down_quantile), state.held))
 
 
 def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
@@ -224,7 +224,7 @@ def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
     plan for (req/s). A state that has seen nothing forecasts 0."""
     if state.level is None:
         return Forecast(0.0, 0.0, 0.0, 0.0, 0, holds=False)
-    point = _horizon_point(config, state)
+    point, up, planned = _levels(state, config)
     floor = config.floor
 
     def rate(log_rate: float) -> float:
@@ -233,8 +233,8 @@ def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
     return Forecast(
         level=rate(state.level),
         point=rate(point),
-        upper=rate(point + _margin(state, config, config.quantile)),
-        planned=rate(_planned(state, config)),
+        upper=rate(up),
+        planned=rate(planned),
         errors=len(state.errors),
         holds=config.down_quantile is not None and len(state.errors) >= config.min_history,
     )
