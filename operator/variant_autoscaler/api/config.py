@@ -277,7 +277,8 @@ class MainConfig(BaseModel):
 
     def stabilization_for(self, mode: ActuationMode, *, ahead: bool = False) -> float:
         """The default scale-down window for a variant in ``mode`` (its spec may override it); ``ahead``:
-        it is planned ahead of the load (a class with attainment targets)."""
+        it is planned ahead of the load and its forecast's hysteresis holds its plans (past the
+        forecaster's warm-up: ``Forecast.holds``)."""
         if self.scale_down_stabilization_seconds is not None:
             return self.scale_down_stabilization_seconds
         if mode == "metrics":

@@ -145,9 +145,8 @@ class ForecastBook:
         now: datetime,
     ) -> dict[ModelKey, float]:
         """One cycle: each model's rate to plan for (req/min: the forecast's upper quantile, held up to its
-        scale-down quantile) by (model, namespace), learning this
-        cycle's arrivals (or demand); the state a previous process left in the VAs' status is taken up
-        first."""
+        scale-down quantile) by (model, namespace), learning this cycle's arrivals (or demand); the
+        state a previous process left in the VAs' status is taken up first."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
             return {}
         self.restore(
