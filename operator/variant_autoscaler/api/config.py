@@ -70,7 +70,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 from variant_autoscaler.api.v1alpha1 import ACTUATION_MODES, ActuationMode
-from variant_autoscaler.core.forecast import DEFAULT_DOWN_QUANTILE, DEFAULT_QUANTILE
+from variant_autoscaler.core.forecast import DEFAULT_DOWN_QUANTILE, DEFAULT_QUANTILE, ForecastConfig
 from variant_autoscaler.errors import ConfigError
 
 OptimizerMode = Literal["unlimited", "limited"]
@@ -263,6 +263,22 @@ class MainConfig(BaseModel):
         """How far ahead a plan must hold: a replica asked for now serves after the start-up time, until
         the next decision takes effect."""
         return self.startup_seconds + self.interval_seconds
+
+    def forecast_config(
+        self, *, interval_s: float, horizon_s: float, quantile: float | None = None
+    ) -> ForecastConfig:
+        """The demand forecast these settings ask for, learning every ``interval_s`` over ``horizon_s``:
+        the scale-up quantile ``quantile`` (else ``forecast_quantile``, else the default) and the
+        scale-down quantile, never below it (None: no hysteresis). The operator and the simulator both
+        forecast with it."""
+        up = quantile or self.forecast_quantile or DEFAULT_QUANTILE
+        down = self.forecast_down_quantile
+        return ForecastConfig(
+            interval_s=interval_s,
+            horizon_s=horizon_s,
+            quantile=up,
+            down_quantile=None if down is None else max(down, up),
+        )
 
     @property
     def min_replicas_default(self) -> int:

@@ -64,12 +64,7 @@ def _step_seconds(cfg: MainConfig) -> float:
 def _forecast_config(cfg: MainConfig) -> ForecastConfig | None:
     if cfg.forecast_quantile <= 0:
         return None
-    return ForecastConfig(
-        interval_s=_step_seconds(cfg),
-        horizon_s=cfg.forecast_horizon_seconds,
-        quantile=cfg.forecast_quantile,
-        down_quantile=cfg.forecast_down_quantile,
-    )
+    return cfg.forecast_config(interval_s=_step_seconds(cfg), horizon_s=cfg.forecast_horizon_seconds)
 
 
 @dataclass(slots=True)

@@ -47,7 +47,7 @@ from variant_autoscaler.api.configmaps import (
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.demand import forecast_input
-from variant_autoscaler.core.forecast import DEFAULT_QUANTILE, ForecastConfig, ForecastState
+from variant_autoscaler.core.forecast import ForecastState
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
@@ -344,14 +344,9 @@ class OptimizerPolicy(Policy):
         self.guarded = frozenset(
             m.model_id for m in scenario.models if (guard if guard is not None else m.model_id in ahead)
         )
-        quantile = forecast_quantile or cfg.forecast_quantile or DEFAULT_QUANTILE  # the operator's
-        down = cfg.forecast_down_quantile
-        self._forecast_cfg = {
-            m.model_id: ForecastConfig(
-                interval_s=interval_s,
-                horizon_s=m.startup_s + interval_s,
-                quantile=quantile,
-                down_quantile=None if down is None else max(down, quantile),
+        self._forecast_cfg = {  # the operator's, unless this policy names its quantile
+            m.model_id: cfg.forecast_config(
+                interval_s=interval_s, horizon_s=m.startup_s + interval_s, quantile=forecast_quantile
             )
             for m in scenario.models
         }
