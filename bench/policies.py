@@ -408,6 +408,11 @@ def _why_cost(report: Mapping[str, Any]) -> str:
     )
 
 
+def _cheaper(saving: float) -> str:
+    """Ours' cost against a baseline's, in words: a saving of 0.2 is "20.0 % cheaper"."""
+    return f"{100 * abs(saving):.1f} % {'cheaper' if saving >= 0 else 'dearer'}"
+
+
 def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
     rows = ["| scenario | target | measured | result |", "|---|---|---|---|"]
     whys: list[str] = []
@@ -444,14 +449,12 @@ def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[s
             saving = 1.0 - ours["cost"] / b["cost"] if b["cost"] > 0 else 0.0
             if reached:
                 ok = saving >= SAVING
-                measured = (
-                    f"`{run}` attains {_pct(theirs)} at {b['cost']:,.0f}: ours {100 * saving:+.1f} % cost"
-                )
+                measured = f"`{run}` attains {_pct(theirs)} at {b['cost']:,.0f}: ours {_cheaper(saving)}"
             else:
                 ok = saving >= 0.0
                 measured = (
                     f"no setting reaches ours' {_pct(mine)}; the best, `{run}`, {_pct(theirs)} at "
-                    f"{b['cost']:,.0f}: ours {100 * saving:+.1f} % cost"
+                    f"{b['cost']:,.0f}: ours {_cheaper(saving)}"
                 )
             rows.append(
                 f"| {name} | ours ≥ 20 % cheaper than {base} at equal attainment (or more at equal cost) "
