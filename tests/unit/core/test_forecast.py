@@ -30,11 +30,32 @@ def test_nothing_seen_forecasts_nothing_and_a_steady_rate_forecasts_itself() -> 
     assert f.errors == 50 - config.steps
 
 
-def test_the_margin_before_any_history_is_the_default() -> None:
-    config = ForecastConfig(default_margin=0.3)
+def test_the_margins_before_any_history_are_the_priors_quantiles() -> None:
+    # The prior: horizon errors normal with mean 0.1 and sd 0.15 (log rate), so the median's margin is
+    # 0.1 and the 0.9 quantile's 0.1 + 0.15 x 1.2816, until min_history errors are known.
+    config = ForecastConfig(quantile=0.5, down_quantile=0.9)
+    assert (config.prior_mean, config.prior_sd) == (0.1, 0.15)
     state, _ = _run([5.0, 5.0, 5.0], config)
     f = forecast(state, config)
-    assert f.upper == pytest.approx((5.0 + config.floor) * math.exp(0.3) - config.floor)
+    assert f.errors < config.min_history and not f.holds
+    assert f.upper == pytest.approx((5.0 + config.floor) * math.exp(0.1) - config.floor)
+    # A lower rate: the plan rises with the median's margin and falls only to the 0.9 quantile's.
+    state = update(state, 4.0, config)
+    f = forecast(state, config)
+    down = math.log(f.point + config.floor) + 0.1 + 0.15 * 1.2815516
+    assert (
+        f.upper
+        < f.planned
+        == pytest.approx(min(math.exp(down), (5.0 + config.floor) * math.exp(0.1)) - config.floor)
+    )
+    # A quantile below the prior's mean keeps a margin of 0 at least; no spread: one margin for all.
+    low = ForecastConfig(quantile=0.1, prior_mean=0.0)
+    state, _ = _run([5.0, 5.0], low)
+    assert forecast(state, low).upper == pytest.approx(5.0)
+    flat = ForecastConfig(quantile=0.5, down_quantile=0.9, prior_mean=0.3, prior_sd=0.0)
+    state, _ = _run([5.0, 4.0], flat)
+    f = forecast(state, flat)
+    assert f.upper == pytest.approx(f.planned)
 
 
 def test_a_rising_rate_is_forecast_ahead() -> None:
@@ -74,7 +95,14 @@ def test_bad_inputs() -> None:
         update(ForecastState(), -1.0, ForecastConfig())
     with pytest.raises(ModelError):
         update(ForecastState(), math.nan, ForecastConfig())
-    for bad in ({"quantile": 1.0}, {"interval_s": 0.0}, {"alpha": 2.0}, {"floor": 0.0}):
+    for bad in (
+        {"quantile": 1.0},
+        {"interval_s": 0.0},
+        {"alpha": 2.0},
+        {"floor": 0.0},
+        {"prior_sd": -0.1},
+        {"prior_mean": math.inf},
+    ):
         with pytest.raises(ModelError):
             ForecastConfig(**bad)  # type: ignore[arg-type]
     # Zero rates are fine (the floor keeps the log finite).
