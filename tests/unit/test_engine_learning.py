@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
+from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.settings import Settings
@@ -319,3 +320,28 @@ async def test_an_annotated_hpas_learned_state_is_kept_in_one_configmap_and_surv
     after = _stored(h)[key]["learnedProfile"]
     assert after["source"] == "learned" and float(after["decodeWindows"]) > float(entry["decodeWindows"])
     assert len(_events(h, "ProfileSourceChanged")) == 2  # no new change after the restart
+
+
+async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its_profile_is_learned() -> None:
+    """A WVA v0.9 variant (an annotated HPA, no profile, no VA) whose model's class states attainment:
+    once its profile is learned the tail model sizes it on its model's measured workload, for its
+    model's demand forecast, as it does a VA (its forecaster kept in memory: it has no status)."""
+    h = Harness()
+    h.kube.absent.add("scaledobjects")
+    classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
+    classes["data"] = {
+        "premium.yaml": "name: Premium\npriority: 1\ndata:\n"
+        "  - {model: default/default, slo-tpot: 24, slo-ttft: 500, slo-attainment: 99}\n"
+    }
+    _target(h, "dep-a")
+    h.kube.put(_annotated_hpa("dep-a"))
+    for cycle in range(6):
+        _serve(h, "dep-a", cycle)
+        report = await h.engine.run_cycle()
+        h.advance(60.0)
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10  # the tail model's inputs
+    assert _stored(h)[f"{NS}.HorizontalPodAutoscaler.dep-a-hpa"]["learnedProfile"]["source"] == "learned"
+    step = h.engine.forecasts.status((MODEL, NS))
+    assert step is not None and step["step"] == 6 and float(step["plannedRate"]) > 60.0
+    decided = [e for e in _events(h, "DecisionChanged") if e["involvedObject"]["name"] == "dep-a-hpa"]
+    assert decided and "planned for the forecast" in decided[-1]["message"]

@@ -140,15 +140,21 @@ class ForecastBook:
         now: datetime,
     ) -> dict[ModelKey, float]:
         """One cycle: each model's rate to plan for (req/min: the forecast's upper quantile, held up to its
-        scale-down quantile) by (model, namespace), learning this cycle's arrivals (or demand); the
-        state a previous process left in the VAs' status is taken up first."""
+        scale-down quantile) by (model, namespace), learning this cycle's arrivals (or demand), for the
+        models of the VAs and of the annotated HPAs and ScaledObjects in ``contexts``; the state a
+        previous process left in the VAs' status is taken up first (an annotated object has no status:
+        a model with no VA starts afresh after a restart)."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
             return {}
         self.restore(
             ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
         )
         out: dict[ModelKey, float] = {}
-        models = {(c.va.spec.model_id, c.key[0]) for c in contexts if c.va is not None}
+        models = {
+            (c.model_id, c.key[0])
+            for c in contexts
+            if c.model_id and (c.va is not None or c.annotated is not None)
+        }
         for model, namespace in sorted(models):
             lookup = snapshot.lookup(model, namespace)
             if lookup.state != "ok" or lookup.metrics is None:

@@ -431,7 +431,7 @@ class Engine:
         # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
         assign_pods(everything, snapshot)
         self.learning.apply(everything, windows, started_wall, cycle.listed, cycle.queueing)
-        ahead = self.forecasts.forecast(contexts, snapshot, cfg, started_wall)
+        ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall)
         self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
         self._siblings = siblings_starting_of(contexts, outcome)

@@ -287,6 +287,9 @@ def plan_variant(
         requests = snapshot.requests(model, namespace, zero.retention_seconds)
     idle = IdleInput(zero.enabled, requests, zero.retention_seconds)
     mode = actuation_mode(ctx.va, cfg) if ctx.va is not None else "metrics"
+    # What the tail model and the forecast know of its model (used where its class states attainment).
+    workload = snapshot.workload(model, namespace) if snapshot is not None else None
+    ahead_rpm = (ahead or {}).get((model, namespace))
     extra = {
         "saturation": _saturation(ctx, mode),
         "analyzers": analyzers,
@@ -310,6 +313,8 @@ def plan_variant(
             min_replicas=a.min_replicas,
             max_replicas=a.max_replicas,
             variant_cost=a.variant_cost,
+            workload=workload,
+            ahead_rpm=ahead_rpm,
             **extra,  # type: ignore[arg-type]
         )
         return
@@ -324,8 +329,8 @@ def plan_variant(
             load=load,
             config=cfg,
             profiles=ctx.profiles,
-            workload=snapshot.workload(model, namespace) if snapshot is not None else None,
-            ahead_rpm=(ahead or {}).get((model, namespace)),
+            workload=workload,
+            ahead_rpm=ahead_rpm,
             # Its replicas outlive this plan while its scale-down is stabilised (the replica policy).
             kept_replicas=ctx.target.spec_replicas if stabilization_window(ctx.va, cfg, mode) > 0 else 0,
         )
