@@ -70,7 +70,7 @@ class ForecastConfig:
     ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend. ``history`` errors
     are kept for the quantiles; below ``min_history`` the errors' quantiles are those of a normal prior
     with mean ``prior_mean`` and standard deviation ``prior_sd`` (log rate): with the defaults the
-    median's margin is 0.1 (+11 %), the 0.9 quantile's 0.29 (+34 %), above the 0.04-0.06 and 0.06-0.21
+    median's margin is 0.1 (+11 %), the 0.9 quantile's 0.29 (+34 %), above the 0.01-0.06 and 0.06-0.21
     those quantiles settled to on every bundled scenario and the Azure trace (docs/tail-slo.md, "The
     forecaster's warm-up"). ``floor`` (req/s) is added before taking logs so that an idle model has a
     finite log rate.
