@@ -4,11 +4,14 @@ Replicas asked for now are ready only after the start-up time and then serve unt
 takes effect, so a plan must cover the load up to ``start-up + interval`` ahead. This module forecasts
 an upper quantile of the *largest* per-interval rate in that horizon:
 
-* **Point forecast**: Holt's linear trend on the log of the rate (log: bursts and diurnal swings are
-  multiplicative, and a forecast never goes negative); the horizon's point forecast is the largest of
-  the per-step forecasts. There is no seasonal term: over a horizon of minutes the level and trend
-  follow a daily cycle (see ``bench/forecast.py``), and a seasonal term learnt beside a level this quick
-  is not identifiable (it drifts while the level compensates).
+* **Point forecast**: Holt's trend on the log of the rate (log: bursts and diurnal swings are
+  multiplicative, and a forecast never goes negative), damped (Gardner and McKenzie's damped trend: the
+  trend counts ``damping``, ``damping``², ... over the steps ahead, and fades by ``damping`` a step
+  while the level stops following it), so that a step in the load is not carried on as a climb; the
+  horizon's point forecast is the largest of the per-step forecasts. There is no seasonal term: over
+  a horizon of minutes the level and trend follow a daily cycle (see ``bench/forecast.py``), and a
+  seasonal term learnt beside a level this quick is not identifiable (it drifts while the level
+  compensates).
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
   ``history`` horizons. Until enough horizons have been seen, a prior stands in: those errors taken as
@@ -67,7 +70,8 @@ class ForecastConfig:
     plan must hold (start-up time + one interval), ``quantile`` the level of the upper forecast (0.75:
     the horizon's peak stays below it three times out of four) and ``down_quantile`` the level below
     which the planned rate may fall (None: the planned rate is the upper forecast, no hysteresis).
-    ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend. ``history`` errors
+    ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend, ``damping`` the
+    trend's damping factor (1: Holt's linear trend; docs/tail-slo.md, "A damped trend"). ``history`` errors
     are kept for the quantiles; below ``min_history`` the errors' quantiles are those of a normal prior
     with mean ``prior_mean`` and standard deviation ``prior_sd`` (log rate): with the defaults the
     median's margin is 0.1 (+11 %), the 0.9 quantile's 0.29 (+34 %), above the 0.01-0.06 and 0.06-0.21
@@ -82,6 +86,7 @@ class ForecastConfig:
     down_quantile: float | None = None
     alpha: float = 0.5
     beta: float = 0.1
+    damping: float = 0.9
     history: int = 240
     min_history: int = 20
     prior_mean: float = 0.1
@@ -101,6 +106,8 @@ class ForecastConfig:
         for name in ("alpha", "beta"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ModelError(f"the forecast's {name} must be in [0, 1]")
+        if not 0.0 < self.damping <= 1.0:
+            raise ModelError(f"the forecast's damping must be in (0, 1], got {self.damping:g}")
         if self.history < 1 or self.min_history < 1:
             raise ModelError("the forecast's history and min_history must be >= 1")
         if not self.floor > 0 or not math.isfinite(self.prior_mean) or not self.prior_sd >= 0:
@@ -180,8 +187,10 @@ class Forecast:
 def _horizon_point(config: ForecastConfig, state: ForecastState) -> float:
     """The largest per-step point forecast (log req/s) over the next ``config.steps`` steps."""
     assert state.level is not None
-    # Over the horizon the largest of level + k·trend: its first or its last step.
-    return state.level + max(state.trend, config.steps * state.trend)
+    # Over the horizon the largest of level + (φ + ... + φ^k)·trend: its first or its last step.
+    phi = config.damping
+    ahead = config.steps if phi == 1.0 else phi * (1.0 - phi**config.steps) / (1.0 - phi)
+    return state.level + max(phi * state.trend, ahead * state.trend)
 
 
 def update(state: ForecastState, rate: float, config: ForecastConfig) -> ForecastState:
@@ -201,8 +210,9 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
         fresh = ForecastState(y, 0.0, step, (), recent, errors)
         fresh = replace(fresh, pending=(_horizon_point(config, fresh),))
     else:
-        level = config.alpha * y + (1.0 - config.alpha) * (state.level + state.trend)
-        trend = config.beta * (level - state.level) + (1.0 - config.beta) * state.trend
+        damped = config.damping * state.trend
+        level = config.alpha * y + (1.0 - config.alpha) * (state.level + damped)
+        trend = config.beta * (level - state.level) + (1.0 - config.beta) * damped
         fresh = ForecastState(level, trend, step, pending, recent, errors, state.held)
         fresh = replace(fresh, pending=(*pending, _horizon_point(config, fresh))[-h:])
     return replace(fresh, held=_levels(fresh, config)[2])

@@ -59,11 +59,34 @@ def test_the_margins_before_any_history_are_the_priors_quantiles() -> None:
 
 
 def test_a_rising_rate_is_forecast_ahead() -> None:
-    config = ForecastConfig(horizon_s=300.0)
     rates = [10.0 * 1.02**k for k in range(60)]
-    state, _ = _run(rates, config)
-    f = forecast(state, config)
-    assert f.point > rates[-1] * 1.02**4  # the trend carried over the five steps of the horizon
+    holt = ForecastConfig(horizon_s=300.0, damping=1.0)
+    state, _ = _run(rates, holt)
+    linear = forecast(state, holt).point
+    assert linear > rates[-1] * 1.02**4  # Holt's trend carried over the five steps of the horizon
+    damped = ForecastConfig(horizon_s=300.0)
+    state, _ = _run(rates, damped)
+    assert rates[-1] < forecast(state, damped).point < linear  # damped: ahead, less far
+
+
+def test_a_step_is_not_carried_on_as_a_climb() -> None:
+    """A step in the load (a flash crowd) moves Holt's trend, which then carries the forecast past the
+    new level for many intervals; the damped trend (the default, 0.9) overshoots less and settles
+    sooner."""
+    rates = [10.0] * 20 + [40.0] * 20
+
+    def points(config: ForecastConfig) -> list[float]:
+        state, out = ForecastState(), []
+        for r in rates:
+            state = update(state, r, config)
+            out.append(forecast(state, config).point)
+        return out
+
+    holt, damped = points(ForecastConfig(damping=1.0)), points(ForecastConfig())
+    assert ForecastConfig().damping == 0.9
+    assert max(holt) > 1.5 * 40.0 and max(damped) < 1.35 * 40.0
+    assert holt[29] > 1.35 * 40.0 and damped[29] < 1.15 * 40.0  # ten intervals into the plateau
+    assert damped[-1] == pytest.approx(40.0, rel=0.02)
 
 
 def test_the_upper_quantile_covers_the_horizon_peak_about_as_often_as_asked() -> None:
@@ -102,6 +125,8 @@ def test_bad_inputs() -> None:
         {"floor": 0.0},
         {"prior_sd": -0.1},
         {"prior_mean": math.inf},
+        {"damping": 0.0},
+        {"damping": 1.1},
     ):
         with pytest.raises(ModelError):
             ForecastConfig(**bad)  # type: ignore[arg-type]
