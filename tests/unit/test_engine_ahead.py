@@ -164,6 +164,17 @@ def test_a_broken_state_in_the_status_is_left_and_the_newest_wins() -> None:
     assert status is not None and status["step"] == 5 and book.status(("other", "ns")) is None
 
 
+async def test_a_model_without_variants_leaves_the_book() -> None:
+    h = _harness()
+    h.load(600.0)
+    await h.engine.run_cycle()
+    assert h.engine.forecasts.status(("default/default", NS)) is not None
+    del h.kube.objects[("variantautoscalings", NS, VA)]
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.engine.forecasts.status(("default/default", NS)) is None
+
+
 async def test_replicas_still_starting_do_not_hold_back_a_larger_plan() -> None:
     h = _harness(FORECAST_QUANTILE="0")
     h.load(600.0)

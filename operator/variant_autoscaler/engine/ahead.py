@@ -155,6 +155,8 @@ class ForecastBook:
             for c in contexts
             if c.model_id and (c.va is not None or c.annotated is not None)
         }
+        for gone in set(self._entries) - models:  # no variant left (a VA's comes back with its status)
+            del self._entries[gone]
         for model, namespace in sorted(models):
             lookup = snapshot.lookup(model, namespace)
             if lookup.state != "ok" or lookup.metrics is None:
