@@ -36,6 +36,8 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``FORECAST_SCALE_DOWN_QUANTILE``          ... and scale down only below this quantile (default
                                           ``0.9``; ``0``: no hysteresis); with it, their default
                                           scale-down window in patch mode is ``1m``, not ``5m``
+``FORECAST_TREND_DAMPING``                the forecast's trend damping in (0, 1] (default ``1``:
+                                          Holt's linear trend; ``0.9`` forecasts less past a step)
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
@@ -119,6 +121,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "STARTUP_TIME",
     "FORECAST_QUANTILE",
     "FORECAST_SCALE_DOWN_QUANTILE",
+    "FORECAST_TREND_DAMPING",
     "BURST_GUARD_INTERVAL",
     "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
@@ -253,6 +256,7 @@ class MainConfig(BaseModel):
     startup_seconds: float = 180.0
     forecast_quantile: float = DEFAULT_QUANTILE
     forecast_down_quantile: float | None = DEFAULT_DOWN_QUANTILE
+    forecast_trend_damping: float = 1.0
     guard_interval_seconds: float = 15.0
     arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
@@ -269,8 +273,8 @@ class MainConfig(BaseModel):
     ) -> ForecastConfig:
         """The demand forecast these settings ask for, learning every ``interval_s`` over ``horizon_s``:
         the scale-up quantile ``quantile`` (else ``forecast_quantile``, else the default) and the
-        scale-down quantile, never below it (None: no hysteresis). The operator and the simulator both
-        forecast with it."""
+        scale-down quantile, never below it (None: no hysteresis), and the trend's damping. The operator
+        and the simulator both forecast with it."""
         up = quantile or self.forecast_quantile or DEFAULT_QUANTILE
         down = self.forecast_down_quantile
         return ForecastConfig(
@@ -278,6 +282,7 @@ class MainConfig(BaseModel):
             horizon_s=horizon_s,
             quantile=up,
             down_quantile=None if down is None else max(down, up),
+            damping=self.forecast_trend_damping,
         )
 
     @property
@@ -387,6 +392,15 @@ def parse_main_config(
             f"FORECAST_SCALE_DOWN_QUANTILE={down_raw!r} must be in [FORECAST_QUANTILE, 1) "
             f"(FORECAST_QUANTILE is {forecast_quantile:g}; 0: no hysteresis)"
         )
+    damping_raw = cm.get("FORECAST_TREND_DAMPING", "").strip()
+    try:
+        damping = float(damping_raw) if damping_raw else 1.0
+    except ValueError:
+        raise ConfigError(f"FORECAST_TREND_DAMPING={damping_raw!r} is not a number") from None
+    if not 0.0 < damping <= 1.0:
+        raise ConfigError(
+            f"FORECAST_TREND_DAMPING={damping_raw!r} must be in (0, 1] (1: Holt's linear trend)"
+        )
     chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
     if chunked_raw not in ("true", "false"):
         raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
@@ -414,6 +428,7 @@ def parse_main_config(
         startup_seconds=_duration(cm, "STARTUP_TIME", 180.0),
         forecast_quantile=forecast_quantile,
         forecast_down_quantile=down_quantile or None,
+        forecast_trend_damping=damping,
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
         arrival_counter=arrivals,
         burstiness_counter=counter,

@@ -5,18 +5,16 @@ takes effect, so a plan must cover the load up to ``start-up + interval`` ahead.
 an upper quantile of the *largest* per-interval rate in that horizon:
 
 * **Point forecast**: Holt's trend on the log of the rate (log: bursts and diurnal swings are
-  multiplicative, and a forecast never goes negative), damped (Gardner and McKenzie's damped trend: the
-  trend counts ``damping``, ``damping``², ... over the steps ahead, and fades by ``damping`` a step
-  while the level stops following it), so that a step in the load is not carried on as a climb; the
-  horizon's point forecast is the largest of the per-step forecasts. There is no seasonal term: over
+  multiplicative, and a forecast never goes negative), optionally damped (Gardner and McKenzie's damped
+  trend: the trend counts ``damping``, ``damping``², ... over the steps ahead, and fades by ``damping``
+  a step while the level stops following it, so that a step in the load is not carried on as a climb);
+  the horizon's point forecast is the largest of the per-step forecasts. There is no seasonal term: over
   a horizon of minutes the level and trend follow a daily cycle (see ``bench/forecast.py``), and a
   seasonal term learnt beside a level this quick is not identifiable (it drifts while the level
   compensates).
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
-  ``history`` horizons. Until enough horizons have been seen, a prior stands in: those errors taken as
-  normal, with a mean and a spread above what every series measured settled to (``ForecastConfig``), so
-  a higher quantile keeps a wider margin from the first forecast on.
+  ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
 * **The rate to plan for**, with a hysteresis between two quantiles: it rises with the ``quantile``
   (scale-up) forecast at once, and falls only as far as the higher ``down_quantile`` forecast allows
   (``planned = max(up, min(down, planned before))``). A plan so made scales up on the likely peak and
@@ -34,7 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -71,13 +68,11 @@ class ForecastConfig:
     the horizon's peak stays below it three times out of four) and ``down_quantile`` the level below
     which the planned rate may fall (None: the planned rate is the upper forecast, no hysteresis).
     ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend, ``damping`` the
-    trend's damping factor (1: Holt's linear trend; docs/tail-slo.md, "A damped trend"). ``history`` errors
-    are kept for the quantiles; below ``min_history`` the errors' quantiles are those of a normal prior
-    with mean ``prior_mean`` and standard deviation ``prior_sd`` (log rate): with the defaults the
-    median's margin is 0.1 (+11 %), the 0.9 quantile's 0.29 (+34 %), above the 0.01-0.06 and 0.06-0.21
-    those quantiles settled to on every bundled scenario and the Azure trace (docs/tail-slo.md, "The
-    forecaster's warm-up"). ``floor`` (req/s) is added before taking logs so that an idle model has a
-    finite log rate.
+    trend's damping factor (1, the default: Holt's linear trend; ``FORECAST_TREND_DAMPING``,
+    docs/tail-slo.md, "A damped trend"). ``history`` errors are kept for the quantiles; below
+    ``min_history`` the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %; docs/tail-
+    slo.md, "The forecaster's warm-up"). ``floor`` (req/s) is added before taking logs so that an idle
+    model has a finite log rate.
     """
 
     interval_s: float = 60.0
@@ -86,11 +81,10 @@ class ForecastConfig:
     down_quantile: float | None = None
     alpha: float = 0.5
     beta: float = 0.1
-    damping: float = 0.9
+    damping: float = 1.0
     history: int = 240
     min_history: int = 20
-    prior_mean: float = 0.1
-    prior_sd: float = 0.15
+    default_margin: float = 0.3
     floor: float = 0.05
 
     def __post_init__(self) -> None:
@@ -110,8 +104,8 @@ class ForecastConfig:
             raise ModelError(f"the forecast's damping must be in (0, 1], got {self.damping:g}")
         if self.history < 1 or self.min_history < 1:
             raise ModelError("the forecast's history and min_history must be >= 1")
-        if not self.floor > 0 or not math.isfinite(self.prior_mean) or not self.prior_sd >= 0:
-            raise ModelError("the forecast's floor must be > 0, its prior's mean finite and its spread >= 0")
+        if not self.floor > 0 or self.default_margin < 0:
+            raise ModelError("the forecast's floor must be > 0 and its default margin >= 0")
 
     @property
     def steps(self) -> int:
@@ -179,8 +173,7 @@ class Forecast:
     planned: float
     errors: int
     # Whether the hysteresis holds the plans: a scale-down quantile is set and enough horizons' errors
-    # are known for its quantiles to be this load's (before, both are the prior's, which knows nothing
-    # of it: the scale-down window stays long, docs/tail-slo.md).
+    # are known for it to differ from the upper quantile (before, both are the one default margin).
     holds: bool = False
 
 
@@ -220,12 +213,10 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
 
 def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> float:
     """The horizon error's ``quantile`` (log), never below 0: a quantile under the point forecast would
-    plan for less than expected. Empirical once ``min_history`` errors are known, the prior's before."""
+    plan for less than expected."""
     if len(state.errors) >= config.min_history:
-        margin = float(np.quantile(np.array(state.errors), quantile))
-    else:
-        margin = config.prior_mean + config.prior_sd * NormalDist().inv_cdf(quantile)
-    return max(margin, 0.0)
+        return max(float(np.quantile(np.array(state.errors), quantile)), 0.0)
+    return config.default_margin
 
 
 def _levels(state: ForecastState, config: ForecastConfig) -> tuple[float, float, float]:

@@ -137,6 +137,17 @@ def test_the_forecast_scales_up_for_one_quantile_and_down_below_another() -> Non
             parse_main_config({"FORECAST_SCALE_DOWN_QUANTILE": bad})
 
 
+def test_the_forecasts_trend_damping_is_holts_by_default_and_reaches_the_forecaster() -> None:
+    cfg = parse_main_config({})
+    assert cfg.forecast_trend_damping == 1.0
+    assert cfg.forecast_config(interval_s=60.0, horizon_s=240.0).damping == 1.0
+    damped = parse_main_config({"FORECAST_TREND_DAMPING": "0.9"})
+    assert damped.forecast_config(interval_s=60.0, horizon_s=240.0).damping == 0.9
+    for bad in ("0", "1.2", "-0.5", "some"):
+        with pytest.raises(ConfigError, match="FORECAST_TREND_DAMPING"):
+            parse_main_config({"FORECAST_TREND_DAMPING": bad})
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [

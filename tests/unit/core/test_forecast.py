@@ -30,49 +30,28 @@ def test_nothing_seen_forecasts_nothing_and_a_steady_rate_forecasts_itself() -> 
     assert f.errors == 50 - config.steps
 
 
-def test_the_margins_before_any_history_are_the_priors_quantiles() -> None:
-    # The prior: horizon errors normal with mean 0.1 and sd 0.15 (log rate), so the median's margin is
-    # 0.1 and the 0.9 quantile's 0.1 + 0.15 x 1.2816, until min_history errors are known.
-    config = ForecastConfig(quantile=0.5, down_quantile=0.9)
-    assert (config.prior_mean, config.prior_sd) == (0.1, 0.15)
+def test_the_margin_before_any_history_is_the_default() -> None:
+    config = ForecastConfig(default_margin=0.3)
     state, _ = _run([5.0, 5.0, 5.0], config)
     f = forecast(state, config)
-    assert f.errors < config.min_history and not f.holds
-    assert f.upper == pytest.approx((5.0 + config.floor) * math.exp(0.1) - config.floor)
-    # A lower rate: the plan rises with the median's margin and falls only to the 0.9 quantile's.
-    state = update(state, 4.0, config)
-    f = forecast(state, config)
-    down = math.log(f.point + config.floor) + 0.1 + 0.15 * 1.2815516
-    assert (
-        f.upper
-        < f.planned
-        == pytest.approx(min(math.exp(down), (5.0 + config.floor) * math.exp(0.1)) - config.floor)
-    )
-    # A quantile below the prior's mean keeps a margin of 0 at least; no spread: one margin for all.
-    low = ForecastConfig(quantile=0.1, prior_mean=0.0)
-    state, _ = _run([5.0, 5.0], low)
-    assert forecast(state, low).upper == pytest.approx(5.0)
-    flat = ForecastConfig(quantile=0.5, down_quantile=0.9, prior_mean=0.3, prior_sd=0.0)
-    state, _ = _run([5.0, 4.0], flat)
-    f = forecast(state, flat)
-    assert f.upper == pytest.approx(f.planned)
+    assert f.upper == pytest.approx((5.0 + config.floor) * math.exp(0.3) - config.floor)
 
 
 def test_a_rising_rate_is_forecast_ahead() -> None:
     rates = [10.0 * 1.02**k for k in range(60)]
-    holt = ForecastConfig(horizon_s=300.0, damping=1.0)
+    holt = ForecastConfig(horizon_s=300.0)  # the default: Holt's linear trend
+    assert holt.damping == 1.0
     state, _ = _run(rates, holt)
     linear = forecast(state, holt).point
     assert linear > rates[-1] * 1.02**4  # Holt's trend carried over the five steps of the horizon
-    damped = ForecastConfig(horizon_s=300.0)
+    damped = ForecastConfig(horizon_s=300.0, damping=0.9)
     state, _ = _run(rates, damped)
     assert rates[-1] < forecast(state, damped).point < linear  # damped: ahead, less far
 
 
 def test_a_step_is_not_carried_on_as_a_climb() -> None:
     """A step in the load (a flash crowd) moves Holt's trend, which then carries the forecast past the
-    new level for many intervals; the damped trend (the default, 0.9) overshoots less and settles
-    sooner."""
+    new level for many intervals; a damped trend (0.9) overshoots less and settles sooner."""
     rates = [10.0] * 20 + [40.0] * 20
 
     def points(config: ForecastConfig) -> list[float]:
@@ -82,8 +61,7 @@ def test_a_step_is_not_carried_on_as_a_climb() -> None:
             out.append(forecast(state, config).point)
         return out
 
-    holt, damped = points(ForecastConfig(damping=1.0)), points(ForecastConfig())
-    assert ForecastConfig().damping == 0.9
+    holt, damped = points(ForecastConfig()), points(ForecastConfig(damping=0.9))
     assert max(holt) > 1.5 * 40.0 and max(damped) < 1.35 * 40.0
     assert holt[29] > 1.35 * 40.0 and damped[29] < 1.15 * 40.0  # ten intervals into the plateau
     assert damped[-1] == pytest.approx(40.0, rel=0.02)
@@ -123,8 +101,7 @@ def test_bad_inputs() -> None:
         {"interval_s": 0.0},
         {"alpha": 2.0},
         {"floor": 0.0},
-        {"prior_sd": -0.1},
-        {"prior_mean": math.inf},
+        {"default_margin": -0.1},
         {"damping": 0.0},
         {"damping": 1.1},
     ):
