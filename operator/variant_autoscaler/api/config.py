@@ -319,6 +319,16 @@ def _choice(data: Mapping[str, str], key: str, allowed: tuple[str, ...], default
     raise ConfigError(f"{key}={raw!r} is not one of {', '.join(allowed)}")
 
 
+def _number(data: Mapping[str, str], key: str, default: float) -> tuple[float, str]:
+    """A decimal setting and its text as given (``default`` when unset); ``ConfigError`` when not a
+    number."""
+    raw = data.get(key, "").strip()
+    try:
+        return (float(raw) if raw else default), raw
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number") from None
+
+
 def _duration(data: Mapping[str, str], key: str, default: float, *, positive: bool = False) -> float:
     raw = data.get(key, "").strip()
     if not raw:
@@ -375,28 +385,18 @@ def parse_main_config(
         raise ConfigError(f"SATURATION_FLOOR={floor_raw!r} must be true or false")
 
     stabilization_raw = cm.get("SCALE_DOWN_STABILIZATION_WINDOW", "").strip()
-    quantile_raw = cm.get("FORECAST_QUANTILE", "").strip()
-    try:
-        forecast_quantile = float(quantile_raw) if quantile_raw else DEFAULT_QUANTILE
-    except ValueError:
-        raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} is not a number") from None
+    forecast_quantile, quantile_raw = _number(cm, "FORECAST_QUANTILE", DEFAULT_QUANTILE)
     if not 0.0 <= forecast_quantile < 1.0:
         raise ConfigError(f"FORECAST_QUANTILE={quantile_raw!r} must be in [0, 1) (0: no forecast)")
-    down_raw = cm.get("FORECAST_SCALE_DOWN_QUANTILE", "").strip()
-    try:
-        down_quantile = float(down_raw) if down_raw else max(DEFAULT_DOWN_QUANTILE, forecast_quantile)
-    except ValueError:
-        raise ConfigError(f"FORECAST_SCALE_DOWN_QUANTILE={down_raw!r} is not a number") from None
+    down_quantile, down_raw = _number(
+        cm, "FORECAST_SCALE_DOWN_QUANTILE", max(DEFAULT_DOWN_QUANTILE, forecast_quantile)
+    )
     if down_quantile != 0.0 and not forecast_quantile <= down_quantile < 1.0:
         raise ConfigError(
             f"FORECAST_SCALE_DOWN_QUANTILE={down_raw!r} must be in [FORECAST_QUANTILE, 1) "
             f"(FORECAST_QUANTILE is {forecast_quantile:g}; 0: no hysteresis)"
         )
-    damping_raw = cm.get("FORECAST_TREND_DAMPING", "").strip()
-    try:
-        damping = float(damping_raw) if damping_raw else 1.0
-    except ValueError:
-        raise ConfigError(f"FORECAST_TREND_DAMPING={damping_raw!r} is not a number") from None
+    damping, damping_raw = _number(cm, "FORECAST_TREND_DAMPING", 1.0)
     if not 0.0 < damping <= 1.0:
         raise ConfigError(
             f"FORECAST_TREND_DAMPING={damping_raw!r} must be in (0, 1] (1: Holt's linear trend)"
