@@ -29,15 +29,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from variant_autoscaler.api.saturation_config import NamespaceQuota
 from variant_autoscaler.core.decision import VariantPlan
-from variant_autoscaler.core.model import Decision, Outcome
+from variant_autoscaler.core.model import AcceleratorType, Decision, Outcome
 from variant_autoscaler.core.sizing import ScaleUp, limit_scale_ups
 
 if TYPE_CHECKING:
     from variant_autoscaler.core.model import Plan
     from variant_autoscaler.planner import PlannedVariant, PlanOutcome, PlanRequest, VariantKey
 
-__all__ = ["QUOTA_ROUNDS", "NamespaceCap", "gpu_usage", "template_gpus", "within_namespace_caps"]
+__all__ = [
+    "QUOTA_ROUNDS",
+    "NamespaceCap",
+    "gpu_usage",
+    "namespace_cap",
+    "template_gpus",
+    "with_quotas",
+    "within_namespace_caps",
+]
 
 #: Re-plans at most this often for namespace caps before cutting what is still past them.
 QUOTA_ROUNDS = 3
@@ -290,3 +299,45 @@ def _room(request: PlanRequest, outcome: PlanOutcome) -> dict[VariantKey, int]:
             left = limit - planned.get((v.key[0], on[0]), 0)
             room[v.key] = max(0, min(room[v.key], left // on[1]))
     return room
+
+
+# ---- WVA's quota limiters, as the cycle reads them from the saturation ConfigMap -------------------
+
+
+def _device_of(name: str, accelerators: Mapping[str, AcceleratorType]) -> str:
+    """The device type a quota's accelerator type means: named as in accelerator-unit-costs, or itself."""
+    acc = accelerators.get(name)
+    return acc.device if acc is not None else name
+
+
+def namespace_cap(
+    quota: NamespaceQuota, capacity: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
+) -> NamespaceCap:
+    """WVA's namespace-scoped quota on the device types of the inventory: each accelerator type it names
+    (as in accelerator-unit-costs, or by its device type) capped as it says; every other device type of
+    the inventory at none (WVA's rule for the types a quota does not name)."""
+    devices: dict[str, int] = {}
+    uncapped: set[str] = set()
+    for name, cap in quota.caps.items():
+        device = _device_of(name, accelerators)
+        if cap is None:
+            uncapped.add(device)
+        else:
+            devices[device] = min(cap, devices.get(device, cap))
+    for device in capacity:
+        if device not in devices and device not in uncapped:
+            devices[device] = 0
+    names = ", ".join(repr(n) for n in quota.limiters)
+    return NamespaceCap(devices, f"the namespace GPU quota ({names})")
+
+
+def with_quotas(
+    capacity: dict[str, int], quotas: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
+) -> dict[str, int]:
+    """WVA's quota limiter on the inventory: at most that many GPUs of an accelerator type (named as in
+    accelerator-unit-costs, or by its device type)."""
+    out = dict(capacity)
+    for name, quota in quotas.items():
+        device = _device_of(name, accelerators)
+        out[device] = min(out.get(device, 0), quota)
+    return out

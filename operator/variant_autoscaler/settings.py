@@ -136,8 +136,8 @@ class Settings(BaseSettings):
     # Learn every variant's α β γ δ online from its pods' vLLM metrics (docs/profiles.md): seven PromQL
     # queries per cycle. Off: the spec's modelProfile sizes a variant, saturation one without it.
     profile_learning: bool = True
-    # Where the learned profiles of annotated HPAs and ScaledObjects (no status of their own) are kept,
-    # in the operator namespace.
+    # Where what annotated HPAs and ScaledObjects (no status of their own) would keep in a status is
+    # kept, in the operator namespace: their learned profiles and their models' forecasts.
     learned_profiles_config_map: str = Field(
         default="variant-autoscaler-learned-profiles", min_length=1, max_length=253
     )

@@ -18,6 +18,7 @@ from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PRO
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.engine.annotated_state import model_key
 from variant_autoscaler.settings import Settings
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, deployment, load_yaml
 from vatesting.profiles import WVA_A100, parms, profile_window
@@ -307,7 +308,8 @@ async def test_an_annotated_hpas_learned_state_is_kept_in_one_configmap_and_surv
     assert all(b - a <= 1 for a, b in zip([0, *writes], writes, strict=False))  # at most one per cycle
     stored = _stored(h)
     key = f"{NS}.HorizontalPodAutoscaler.dep-a-hpa"
-    assert sorted(stored) == [key, f"{NS}.HorizontalPodAutoscaler.dep-b-hpa"]
+    # One entry per object, and the forecast of the model they serve once.
+    assert sorted(stored) == sorted([key, f"{NS}.HorizontalPodAutoscaler.dep-b-hpa", model_key(MODEL, NS)])
     entry = stored[key]["learnedProfile"]
     assert entry["source"] == "learned" and entry["accelerator"] == "A100"
     changed = [e for e in _events(h, "ProfileSourceChanged") if e["involvedObject"]["name"] == "dep-a-hpa"]
@@ -325,7 +327,8 @@ async def test_an_annotated_hpas_learned_state_is_kept_in_one_configmap_and_surv
 async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its_profile_is_learned() -> None:
     """A WVA v0.9 variant (an annotated HPA, no profile, no VA) whose model's class states attainment:
     once its profile is learned the tail model sizes it on its model's measured workload, for its
-    model's demand forecast, as it does a VA (its forecaster kept in memory: it has no status)."""
+    model's demand forecast, as it does a VA; its forecaster's state is kept beside its learned profile
+    in the ConfigMap (it has no status), so a restarted operator goes on from it."""
     h = Harness()
     h.kube.absent.add("scaledobjects")
     classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
@@ -345,3 +348,49 @@ async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its
     assert step is not None and step["step"] == 6 and float(step["plannedRate"]) > 60.0
     decided = [e for e in _events(h, "DecisionChanged") if e["involvedObject"]["name"] == "dep-a-hpa"]
     assert decided and "planned for the forecast" in decided[-1]["message"]
+    # Once per model (however many objects serve it), beside the objects' learned profiles.
+    model_entry = model_key(MODEL, NS)
+    assert sorted(_stored(h)) == sorted([f"{NS}.HorizontalPodAutoscaler.dep-a-hpa", model_entry])
+    stored = _stored(h)[model_entry]["forecast"]
+    assert stored["model"] == MODEL and stored["step"] == 6 and stored["errors"] == step["errors"]
+
+    # A brand-new engine (a restart, or a new leader) resumes the forecaster from the ConfigMap: the
+    # next interval is its seventh, with the errors it had, not a first one in a warm-up.
+    h.engine = h.new_engine()
+    _serve(h, "dep-a", 6)
+    await h.engine.run_cycle()
+    resumed = h.engine.forecasts.status((MODEL, NS))
+    assert resumed is not None and resumed["step"] == 7
+    assert _stored(h)[model_entry]["forecast"]["step"] == 7
+    assert _stored(h)[f"{NS}.HorizontalPodAutoscaler.dep-a-hpa"]["learnedProfile"]["source"] == "learned"
+
+
+async def test_an_annotated_hpas_forecast_is_kept_with_profile_learning_off() -> None:
+    """With ``WVA_PROFILE_LEARNING=false`` nothing is learned, but the forecaster of an annotated
+    object's model is still kept in its ConfigMap entry (and a broken entry is left, not fatal)."""
+    h = Harness()
+    h.settings = Settings(
+        debounce_seconds=0, leader_election=False, conflict_retries=3, profile_learning=False
+    )
+    h.engine = h.new_engine()
+    h.kube.absent.add("scaledobjects")
+    classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
+    classes["data"] = {
+        "premium.yaml": "name: Premium\npriority: 1\ndata:\n"
+        "  - {model: default/default, slo-tpot: 24, slo-ttft: 500, slo-attainment: 99}\n"
+    }
+    _target(h, "dep-a")
+    h.kube.put(_annotated_hpa("dep-a"))
+    for cycle in range(2):
+        _serve(h, "dep-a", cycle)
+        await h.engine.run_cycle()
+        h.advance(60.0)
+    assert list(_stored(h)) == [model_key(MODEL, NS)]  # no learnedProfile: only the model's forecast
+    assert _stored(h)[model_key(MODEL, NS)]["forecast"]["step"] == 2
+    # An unreadable forecast section: the forecaster starts afresh (and the entry is rewritten).
+    cm = h.kube.get("configmaps", OPERATOR_NS, LEARNED_CM)
+    cm["data"][model_key(MODEL, NS)] = json.dumps({"forecast": {"step": "x"}})
+    h.engine = h.new_engine()
+    _serve(h, "dep-a", 2)
+    await h.engine.run_cycle()
+    assert _stored(h)[model_key(MODEL, NS)]["forecast"]["step"] == 1

@@ -7,8 +7,10 @@ For variants whose service class states attainment or percentile targets (docs/t
   configured (``ARRIVAL_COUNTER``), else its demand as vLLM's metrics show it, and gives the planner its
   upper quantile over "start-up + one interval". Its state is written into the ``status.forecast`` of every
   VariantAutoscaling of the model, with the status the cycle writes anyway (no extra API call, no extra
-  RBAC, and it goes with the objects it describes): a restarted operator, or a new leader, resumes from
-  the most advanced state it finds there instead of relearning the error quantiles for twenty intervals.
+  RBAC, and it goes with the objects it describes), and for an annotated HPA or ScaledObject into the
+  ``forecast`` section of its entry in the annotated objects' ConfigMap (:mod:`.annotated_state`): a
+  restarted operator, or a new leader, resumes from the most advanced state it finds there instead of
+  relearning the error quantiles for twenty intervals.
 * :class:`BurstGuard` runs beside the cycles: every ``BURST_GUARD_INTERVAL`` one PromQL query reads the
   queue, its growth, the completions and the KV cache of every model
   (:mod:`variant_autoscaler.adapters.guard_signals`); :func:`variant_autoscaler.core.guard.guard` says
@@ -75,7 +77,8 @@ class _Entry:
 
 
 class ForecastBook:
-    """One forecaster per (model, namespace), restored from the VAs' status after a restart."""
+    """One forecaster per (model, namespace), restored after a restart from the VAs' status and the
+    annotated objects' stored entries."""
 
     def __init__(self) -> None:
         self._entries: dict[ModelKey, _Entry] = {}
@@ -138,24 +141,23 @@ class ForecastBook:
         snapshot: MetricsSnapshot | None,
         cfg: MainConfig,
         now: datetime,
+        stored: Callable[[VariantContext], Mapping[str, Any] | None] = lambda _: None,
     ) -> dict[ModelKey, float]:
         """One cycle: each model's rate to plan for (req/min: the forecast's upper quantile, held up to its
         scale-down quantile) by (model, namespace), learning this cycle's arrivals (or demand), for the
         models of the VAs and of the annotated HPAs and ScaledObjects in ``contexts``; the state a
-        previous process left in the VAs' status is taken up first (an annotated object has no status:
-        a model with no VA starts afresh after a restart)."""
+        previous process left is taken up first: in the VAs' ``status.forecast``, and for an annotated
+        object (which has no status) the ``forecast`` section ``stored`` gives (its ConfigMap entry)."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
             return {}
-        self.restore(
-            ((c.va.spec.model_id, c.key[0]), c.body.get("status") or {}) for c in contexts if c.va is not None
-        )
+        self.restore(_previous(contexts, stored))
         out: dict[ModelKey, float] = {}
         models = {
             (c.model_id, c.key[0])
             for c in contexts
             if c.model_id and (c.va is not None or c.annotated is not None)
         }
-        for gone in set(self._entries) - models:  # no variant left (a VA's comes back with its status)
+        for gone in set(self._entries) - models:  # no variant left (it comes back with its stored state)
             del self._entries[gone]
         for model, namespace in sorted(models):
             lookup = snapshot.lookup(model, namespace)
@@ -166,6 +168,18 @@ class ForecastBook:
             if found is not None:
                 out[(model, namespace)] = found.planned * 60.0
         return out
+
+
+def _previous(
+    contexts: Sequence[VariantContext], stored: Callable[[VariantContext], Mapping[str, Any] | None]
+) -> Iterable[tuple[ModelKey, Mapping[str, Any]]]:
+    """Each variant's model key and the state a previous process left for it: a VA's status, an
+    annotated object's stored entry (as ``{"forecast": ...}``, the status' shape)."""
+    for c in contexts:
+        if c.va is not None:
+            yield (c.va.spec.model_id, c.key[0]), c.body.get("status") or {}
+        elif c.annotated is not None and c.model_id and (found := stored(c)) is not None:
+            yield (c.model_id, c.key[0]), {"forecast": found}
 
 
 def states_shares(cycle: CycleConfig) -> bool:

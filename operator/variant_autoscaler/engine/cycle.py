@@ -53,7 +53,6 @@ from variant_autoscaler.adapters.kube import (
 )
 from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, PrometheusClient
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig
-from variant_autoscaler.api.saturation_config import NamespaceQuota
 from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
 from variant_autoscaler.core.decision import decide, report, report_invalid
@@ -68,6 +67,7 @@ from variant_autoscaler.engine.ahead import (
     states_shares,
 )
 from variant_autoscaler.engine.annotated import AnnotatedSource, Listed
+from variant_autoscaler.engine.annotated_state import AnnotatedState
 from variant_autoscaler.engine.configs import ConfigReader, CycleConfig
 from variant_autoscaler.engine.learning import ProfileLearner
 from variant_autoscaler.engine.translate import (
@@ -81,9 +81,8 @@ from variant_autoscaler.engine.translate import (
 )
 from variant_autoscaler.engine.zero import Sleeper, ZeroWaker
 from variant_autoscaler.errors import CollectionError, ConfigError, KubeError, VariantAutoscalerError
-from variant_autoscaler.namespace_caps import gpu_usage
+from variant_autoscaler.namespace_caps import gpu_usage, namespace_cap, with_quotas
 from variant_autoscaler.planner import (
-    NamespaceCap,
     Planner,
     PlanOutcome,
     PlanRequest,
@@ -183,8 +182,10 @@ class Engine:
         self._gauges: list[VariantGauges] = []
         self._siblings: dict[VariantKey, int] = {}  # this cycle's make-before-break counts (engine/ahead.py)
         self.specs = SpecCache()
+        # Learned profiles and forecasts of annotated objects (no status): one ConfigMap.
+        self.annotated_state = AnnotatedState(settings, kube)
         # Profiles learned online, and which profile sizes each variant (engine/learning.py).
-        self.learning = ProfileLearner(settings, kube)
+        self.learning = ProfileLearner(settings, self.annotated_state)
         self.configs = ConfigReader(settings, kube)
         self.annotated = AnnotatedSource(settings, kube)
         exporter.decisions.configure(
@@ -430,8 +431,11 @@ class Engine:
 
         # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
         assign_pods(everything, snapshot)
-        self.learning.apply(everything, windows, started_wall, cycle.listed, cycle.queueing)
-        ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall)
+        self.annotated_state.load(everything, cycle.listed)
+        self.learning.apply(everything, windows, started_wall, cycle.queueing)
+        ahead = self.forecasts.forecast(
+            everything, snapshot, cfg, started_wall, self.annotated_state.forecast
+        )
         self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
         self._siblings = siblings_starting_of(contexts, outcome)
@@ -448,7 +452,9 @@ class Engine:
         outcomes = await asyncio.gather(*(one(c) for c in contexts))
         for ctx in annotated:
             await self._reconcile_annotated(ctx, replace(facts, hpas={}))
-        await self.learning.persist(annotated, started_wall, cfg.status_refresh_seconds)
+        await self.annotated_state.persist(
+            annotated, self.forecasts.status, started_wall, cfg.status_refresh_seconds
+        )
         self.zero.update(self._sleepers(everything, cfg, cycle.accelerators.accelerators))
         self._arm_guard(contexts, outcomes, outcome, cfg)
 
@@ -665,7 +671,7 @@ class Engine:
         capacity: dict[str, int] | None = None
         if cfg.optimizer_mode == "limited" or limits.limited_mode or quotas or per_namespace:
             try:
-                capacity = _with_quotas(await self._capacity(contexts), quotas, accelerators)
+                capacity = with_quotas(await self._capacity(contexts), quotas, accelerators)
             except CollectionError as exc:
                 self.exporter.set_optimizer_status("error")
                 return PlanOutcome(
@@ -687,7 +693,7 @@ class Engine:
             saturation_floor=cfg.saturation_floor,
             chunked_prefill=cfg.chunked_prefill,
             namespace_caps={
-                ns: _namespace_cap(quota, capacity, accelerators) for ns, quota in per_namespace.items()
+                ns: namespace_cap(quota, capacity, accelerators) for ns, quota in per_namespace.items()
             }
             if capacity is not None
             else {},
@@ -855,42 +861,3 @@ class Engine:
             cost = planned.replica_cost(accelerators) if planned is not None else 0.0
             out.append(Sleeper(ctx.key, ctx.model_id, ref[0], ref[1], ref[2], cost, ctx.body))
         return out
-
-
-def _device_of(name: str, accelerators: Mapping[str, AcceleratorType]) -> str:
-    """The device type a quota's accelerator type means: named as in accelerator-unit-costs, or itself."""
-    acc = accelerators.get(name)
-    return acc.device if acc is not None else name
-
-
-def _namespace_cap(
-    quota: NamespaceQuota, capacity: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
-) -> NamespaceCap:
-    """WVA's namespace-scoped quota on the device types of the inventory: each accelerator type it names
-    (as in accelerator-unit-costs, or by its device type) capped as it says; every other device type of
-    the inventory at none (WVA's rule for the types a quota does not name)."""
-    devices: dict[str, int] = {}
-    uncapped: set[str] = set()
-    for name, cap in quota.caps.items():
-        device = _device_of(name, accelerators)
-        if cap is None:
-            uncapped.add(device)
-        else:
-            devices[device] = min(cap, devices.get(device, cap))
-    for device in capacity:
-        if device not in devices and device not in uncapped:
-            devices[device] = 0
-    names = ", ".join(repr(n) for n in quota.limiters)
-    return NamespaceCap(devices, f"the namespace GPU quota ({names})")
-
-
-def _with_quotas(
-    capacity: dict[str, int], quotas: Mapping[str, int], accelerators: Mapping[str, AcceleratorType]
-) -> dict[str, int]:
-    """WVA's quota limiter on the inventory: at most that many GPUs of an accelerator type (named as in
-    accelerator-unit-costs, or by its device type)."""
-    out = dict(capacity)
-    for name, quota in quotas.items():
-        device = _device_of(name, accelerators)
-        out[device] = min(out.get(device, 0), quota)
-    return out

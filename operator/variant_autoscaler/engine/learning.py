@@ -9,8 +9,8 @@ For each variant with a scale target â€” a model on the accelerator it runs on â
 continues from the stored state: the VA's ``status.learnedProfile`` (what this process computed last,
 while it leads: a status may be written less often than every cycle), or for an annotated HPA or
 ScaledObject its entry in the ConfigMap ``WVA_LEARNED_PROFILES_CONFIG_MAP`` of the operator's namespace
-(:class:`~variant_autoscaler.adapters.state_store.StateStore`, read from the cycle's list of ConfigMaps
-when this process starts leading, written at most once per cycle for all of them). The chosen profile
+(:mod:`.annotated_state`, read from the cycle's list of ConfigMaps when this process starts leading,
+written at most once per cycle for all of them, beside the forecast). The chosen profile
 goes to the planner (``ctx.profiles``); the status object, the Events and the reason's mention of the
 profile go to the variant's decision.
 """
@@ -18,14 +18,12 @@ profile go to the variant's decision.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from variant_autoscaler.adapters.profile_metrics import ProfileMetrics, ProfileSnapshot
 from variant_autoscaler.adapters.prometheus import Collector
-from variant_autoscaler.adapters.state_store import StateStore, entry_key
 from variant_autoscaler.api.queueing_config import QueueingModelConfig
 from variant_autoscaler.api.v1alpha1 import accelerator_of
 from variant_autoscaler.core.decision import DEFAULT_MAX_BATCH
@@ -35,8 +33,9 @@ from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.profile_choice import ProfileChoice, ProfileMode, ProfileSource
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.status import parse_time
+from variant_autoscaler.engine.annotated_state import LEARNED_PROFILE, AnnotatedState, key_of
 from variant_autoscaler.engine.translate import VariantContext, pod_owner
-from variant_autoscaler.errors import CollectionError, ConfigError, KubeError
+from variant_autoscaler.errors import CollectionError, ConfigError
 from variant_autoscaler.planner import profiles_of
 from variant_autoscaler.settings import Settings
 
@@ -44,30 +43,25 @@ __all__ = ["ProfileLearner"]
 
 logger = logging.getLogger(__name__)
 
-SECTION = "learnedProfile"
-#: Entries of annotated objects not seen for this long are dropped from the ConfigMap (a failed list of
-#: HPAs or ScaledObjects must not wipe what was learned).
-FORGET_AFTER_S = 24 * 3600.0
+SECTION = LEARNED_PROFILE
 
 
 class ProfileLearner:
     """Keeps the learning between cycles: the last collection, this leadership term's states."""
 
-    def __init__(self, settings: Settings, kube: Any) -> None:
+    def __init__(self, settings: Settings, annotated: AnnotatedState) -> None:
         self.enabled = settings.profile_learning
-        self.store = StateStore(kube, settings.operator_namespace, settings.learned_profiles_config_map)
+        self.annotated = annotated
         # This term's newest learnedProfile per variant: the status is written less often with
         # STATUS_REFRESH_INTERVAL, and the body read next cycle may predate it.
         self._memory: dict[str, Mapping[str, Any]] = {}
-        self._entries: dict[str, dict[str, Any]] | None = None  # the ConfigMap's, once loaded
         self._last_end: float | None = None
-        self._last_store_write: float | None = None
 
     def new_term(self) -> None:
         """This process starts leading: another one may have learned meanwhile."""
         self._memory.clear()
-        self._entries = None
         self._last_end = None
+        self.annotated.new_term()
 
     # --- collection ---------------------------------------------------------------------------------
 
@@ -96,17 +90,14 @@ class ProfileLearner:
         contexts: Sequence[VariantContext],
         snapshot: ProfileSnapshot | None,
         now: datetime,
-        listed: Mapping[str, Mapping[str, Any]] | None,
         queueing: QueueingModelConfig | None = None,
     ) -> None:
         """Learn for every variant that has a scale target; set ``ctx.learning`` and ``ctx.profiles``.
-        ``listed``: the operator namespace's ConfigMaps as the cycle listed them (None: not listed);
+        An annotated object's stored state is :class:`AnnotatedState`'s (loaded by the cycle);
         ``queueing``: WVA's queueing-model ConfigMap, whose ``tuningEnabled: false`` keeps a model on
         its hand profile where its VA does not choose (``profileSource``)."""
         if not self.enabled:
             return
-        if self._entries is None and listed is not None and any(c.annotated is not None for c in contexts):
-            self._entries = self.store.load(listed.get(self.store.name))
         owned = _owned_windows(contexts, snapshot)
         seen: set[str] = set()
         for ctx in contexts:
@@ -125,9 +116,7 @@ class ProfileLearner:
             stored = self._memory.get(key)
             if stored is None:
                 stored = (
-                    ctx.previous.get(SECTION)
-                    if ctx.va is not None
-                    else ((self._entries or {}).get(_store_key(ctx)) or {}).get(SECTION)
+                    ctx.previous.get(SECTION) if ctx.va is not None else self.annotated.section(ctx, SECTION)
                 )
             result = learn(
                 LearningInputs(
@@ -190,68 +179,11 @@ class ProfileLearner:
             others = tuple(p for p in spec if p.accelerator != accelerator)
         return (Profile(accelerator, count, batch, choice.parms), *others)
 
-    # --- annotated objects' state -------------------------------------------------------------------
-
-    async def persist(
-        self, annotated: Sequence[VariantContext], now: datetime, refresh_seconds: float
-    ) -> None:
-        """Write the annotated objects' learned state: one ConfigMap write at most, only when it changed
-        (and, with STATUS_REFRESH_INTERVAL, when a source changed or the interval elapsed)."""
-        if not self.enabled or self._entries is None:
-            return
-        entries = dict(self._entries)
-        sources_changed = False
-        for ctx in annotated:
-            if ctx.learning is None:
-                continue
-            key = _store_key(ctx)
-            before = (entries.get(key) or {}).get(SECTION) or {}
-            sources_changed |= before.get("source") != ctx.learning.status.get("source")
-            entries[key] = {**(entries.get(key) or {}), SECTION: _compact(ctx.learning.status)}
-        cutoff = now.timestamp() - FORGET_AFTER_S
-        for key in list(entries):
-            seen = parse_time(((entries[key] or {}).get(SECTION) or {}).get("lastRunTime"))
-            if seen is None or seen.timestamp() < cutoff:
-                del entries[key]
-        moment = time.monotonic()
-        due = (
-            refresh_seconds <= 0
-            or self._last_store_write is None
-            or moment - self._last_store_write >= refresh_seconds
-        )
-        if not (due or sources_changed):
-            return
-        try:
-            if await self.store.save(entries, weight=_weight):
-                self._last_store_write = moment
-            self._entries = entries
-        except KubeError as exc:
-            logger.warning("cannot write the learned profiles' ConfigMap %s: %s", self.store.name, exc)
-
 
 def _key(ctx: VariantContext) -> str:
     if ctx.va is not None:
         return str((ctx.body.get("metadata") or {}).get("uid") or ctx.key)
-    return _store_key(ctx)
-
-
-def _store_key(ctx: VariantContext) -> str:
-    a = ctx.annotated
-    assert a is not None
-    return entry_key(a.namespace, a.source_kind, a.name)
-
-
-def _compact(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if v is not None}
-
-
-def _weight(entry: Mapping[str, Any]) -> float:
-    """What an entry is worth keeping when the ConfigMap is full: the windows it learned from."""
-    section = entry.get(SECTION) or {}
-    try:
-        return float(section.get("decodeWindows") or 0) + float(section.get("prefillWindows") or 0)
-    except (TypeError, ValueError):
-        return 0.0
+    return key_of(ctx)
 
 
 def _last_scale(ctx: VariantContext, now: datetime) -> float | None:
