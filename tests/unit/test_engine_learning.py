@@ -324,12 +324,8 @@ async def test_an_annotated_hpas_learned_state_is_kept_in_one_configmap_and_surv
     assert len(_events(h, "ProfileSourceChanged")) == 2  # no new change after the restart
 
 
-async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its_profile_is_learned() -> None:
-    """A WVA v0.9 variant (an annotated HPA, no profile, no VA) whose model's class states attainment:
-    once its profile is learned the tail model sizes it on its model's measured workload, for its
-    model's demand forecast, as it does a VA; its forecaster's state is kept beside its learned profile
-    in the ConfigMap (it has no status), so a restarted operator goes on from it."""
-    h = Harness()
+def _annotated_of_attainment_class(h: Harness) -> None:
+    """An annotated HPA ``dep-a-hpa`` on ``dep-a`` whose model's class states attainment."""
     h.kube.absent.add("scaledobjects")
     classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
     classes["data"] = {
@@ -338,6 +334,15 @@ async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its
     }
     _target(h, "dep-a")
     h.kube.put(_annotated_hpa("dep-a"))
+
+
+async def test_an_annotated_hpa_of_an_attainment_class_is_planned_ahead_once_its_profile_is_learned() -> None:
+    """A WVA v0.9 variant (an annotated HPA, no profile, no VA) whose model's class states attainment:
+    once its profile is learned the tail model sizes it on its model's measured workload, for its
+    model's demand forecast, as it does a VA; its forecaster's state is kept beside its learned profile
+    in the ConfigMap (it has no status), so a restarted operator goes on from it."""
+    h = Harness()
+    _annotated_of_attainment_class(h)
     for cycle in range(6):
         _serve(h, "dep-a", cycle)
         report = await h.engine.run_cycle()
@@ -373,14 +378,7 @@ async def test_an_annotated_hpas_forecast_is_kept_with_profile_learning_off() ->
         debounce_seconds=0, leader_election=False, conflict_retries=3, profile_learning=False
     )
     h.engine = h.new_engine()
-    h.kube.absent.add("scaledobjects")
-    classes = h.kube.get("configmaps", OPERATOR_NS, "service-classes-config")
-    classes["data"] = {
-        "premium.yaml": "name: Premium\npriority: 1\ndata:\n"
-        "  - {model: default/default, slo-tpot: 24, slo-ttft: 500, slo-attainment: 99}\n"
-    }
-    _target(h, "dep-a")
-    h.kube.put(_annotated_hpa("dep-a"))
+    _annotated_of_attainment_class(h)
     for cycle in range(2):
         _serve(h, "dep-a", cycle)
         await h.engine.run_cycle()
