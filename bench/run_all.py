@@ -29,6 +29,7 @@ BENCHMARKS: tuple[str, ...] = (
     "forecast",
     "operator_scale",
     "policies",
+    "warm_start",
     "profile_learning",
     "learning",
     "scale_from_zero",

@@ -293,6 +293,10 @@ class FakePrometheus:
         # The profile learning's per-pod windows: (model, namespace, pod) -> query name -> value.
         self.profile: dict[tuple[str, str, str], dict[str, float]] = {}
         self.gateway: dict[str, float] = {}
+        # A range query's answer (the forecast's history): (model, namespace) -> [(time, req/s), ...].
+        self.history: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        self.range_queries: list[dict[str, str]] = []
+        self.history_error = False  # answer range queries with Prometheus' error
         self.down = False
         self.queries = 0
         self.gateway_queries = 0
@@ -384,6 +388,8 @@ class FakePrometheus:
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         query = request.url.params["query"]
+        if request.url.path.endswith("/query_range"):
+            return self._range(request)
         if query == build_guard_query(60.0):  # the burst guard's one query: four signals per model
             return self._guard()
         by_query = {q: name for name, q in build_queries(60.0).items()}
@@ -418,6 +424,26 @@ class FakePrometheus:
                 result.append({"metric": labels, "value": [self.now, repr(value)]})
         return httpx.Response(
             200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    def _range(self, request: httpx.Request) -> httpx.Response:
+        """A range query: the points of :attr:`history` between its start and end (a matrix)."""
+        params = dict(request.url.params)
+        self.range_queries.append(params)
+        if self.history_error:
+            return httpx.Response(
+                422, json={"status": "error", "errorType": "execution", "error": "too many samples"}
+            )
+        start, end = float(params["start"]), float(params["end"])
+        result = [
+            {
+                "metric": {"model_name": model, "namespace": ns},
+                "values": [[t, repr(v)] for t, v in points if start - 1e-6 <= t <= end + 1e-6],
+            }
+            for (model, ns), points in self.history.items()
+        ]
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "matrix", "result": result}}
         )
 
     def _guard(self) -> httpx.Response:

@@ -1,9 +1,10 @@
-"""The burstiness, length, burst-guard and arrival queries are PromQL a real Prometheus accepts (and
-answers for real series)."""
+"""The burstiness, length, burst-guard, arrival and forecast-history queries are PromQL a real Prometheus
+accepts (and answers for real series)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from variant_autoscaler.adapters.prometheus import (
     PrometheusClient,
     Sample,
     arrivals_query,
+    history_query,
 )
 from variant_autoscaler.api.config import PrometheusConfig
 
@@ -142,3 +144,32 @@ def test_the_arrival_counter_is_the_forecast_input_where_configured(prometheus: 
     # the gateway's counter grows three times as fast as the completions
     assert found.offered_rate is not None
     assert found.offered_rate == pytest.approx(3 * found.completion_rate, rel=0.2)
+
+
+def test_a_new_forecasters_history_is_one_range_query_of_every_models_rate(
+    prometheus: PrometheusServer,
+) -> None:
+    """The range query a new forecaster learns from (engine/ahead.py: backfill), against a real
+    Prometheus: one series per model, a point per step, the completions' or the arrival counter's rate."""
+    wait_for(lambda: prometheus.query(arrivals_query(GATEWAY_COUNTER, 30.0)), timeout=90, what="two scrapes")
+    time.sleep(4.0)  # a few more scrapes: several steps of history
+
+    async def history(counter: str | None) -> list[tuple[float, float]]:
+        client = PrometheusClient(PrometheusConfig(base_url=prometheus.url), backoff=0.1)
+        try:
+            now = time.time()
+            found = await client.query_range(history_query(counter, 30.0), start=now - 60, end=now, step=2.0)
+            assert client.queries_issued == 1
+        finally:
+            await client.aclose()
+        (series,) = [s for s in found if s.labels.get("model_name") == "m"]
+        assert series.labels.get("namespace") == "ns"
+        return list(series.points)
+
+    completions, arrivals = asyncio.run(history(None)), asyncio.run(history(GATEWAY_COUNTER))
+    assert len(completions) >= 3 and all(
+        b[0] - a[0] == pytest.approx(2.0) for a, b in itertools.pairwise(completions)
+    )
+    assert all(v > 0 for _, v in completions[-3:])
+    # the gateway's counter grows three times as fast as the completions
+    assert arrivals[-1][1] == pytest.approx(3 * completions[-1][1], rel=0.2)

@@ -12,7 +12,7 @@ from variant_autoscaler.adapters.guard_signals import build_guard_query, read_gu
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Sample
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
-from variant_autoscaler.engine.ahead import ForecastBook
+from variant_autoscaler.engine.ahead import HISTORY_QUERIES, ForecastBook
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
@@ -40,13 +40,14 @@ async def test_the_tail_inputs_are_read_only_when_a_class_states_attainment() ->
     plain = Harness()
     plain.add_va()
     plain.load(600.0)
-    assert (await plain.engine.run_cycle()).promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES
+    first = QUERIES_PER_CYCLE + PROFILE_QUERIES + HISTORY_QUERIES  # a new model: its history, once
+    assert (await plain.engine.run_cycle()).promql_queries == first
     h = _harness()
     h.load(600.0)
     report = await h.engine.run_cycle()
     # A fixed set more (burstiness windows, rate, two histograms): the fake answers none of them, which
     # only leaves the tail model on its defaults.
-    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + HISTORY_QUERIES
     assert "planned for the forecast" in h.status()["desiredOptimizedAlloc"]["reason"]
 
 
@@ -67,7 +68,7 @@ async def test_attainment_in_the_queueing_model_configmap_reads_the_tail_inputs_
     h.add_va(replicas=1)
     h.load(600.0)
     report = await h.engine.run_cycle()
-    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + HISTORY_QUERIES
     reason = h.status()["desiredOptimizedAlloc"]["reason"]
     assert "wva-queueing-model-config" in reason and "planned for the forecast" in reason
 
@@ -141,7 +142,7 @@ async def test_with_an_arrival_counter_the_forecast_learns_the_arrivals() -> Non
     h = _harness(ARRIVAL_COUNTER="inference_objective_request_total")
     h.load(600.0, arrivals=15.0)  # 10 req/s finished, 15 arriving: clients give up in the queue
     report = await h.engine.run_cycle()
-    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + 1
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + 1 + HISTORY_QUERIES
     assert float(h.status()["forecast"]["pointRate"]) == pytest.approx(900.0, rel=1e-3)
     absent = _harness(ARRIVAL_COUNTER="inference_objective_request_total")
     absent.load(600.0)
@@ -277,3 +278,90 @@ async def test_a_plan_that_moves_the_load_scales_down_only_once_the_new_replicas
     h.advance(60)
     await h.engine.run_cycle()
     assert (h.replicas(VA), h.replicas("other")) == (1, 2)
+
+
+# --- a new forecaster warmed from the model's history in Prometheus ---------------------------------------
+
+
+def _history(h: Harness, minutes: int, rpm: float = 600.0, *, gap_at: int | None = None) -> None:
+    """``minutes`` of the model's past rate, one point a minute up to a minute ago (``gap_at``: that
+    many minutes ago, no point)."""
+    now = h.clock.now.timestamp()
+    h.prom.history[("default/default", NS)] = [
+        (now - 60.0 * k, rpm / 60.0 * (1.0 + 0.1 * ((k % 3) - 1)))
+        for k in range(minutes, 0, -1)
+        if k != gap_at
+    ]
+
+
+async def test_a_new_models_forecast_learns_its_history_and_holds_from_its_first_cycle() -> None:
+    """No state to resume (a first install, a migration from WVA): one range query reads the model's
+    rate over FORECAST_HISTORY, up to a minute ago, at the forecaster's step; the forecaster learns it,
+    so its hysteresis holds the plans at once and its initial replicas keep the one-minute window, not
+    the five minutes of a warm-up."""
+    h = _harness()
+    _history(h, 40)
+    h.load(600.0)
+    report = await h.engine.run_cycle()
+    assert report.promql_queries == QUERIES_PER_CYCLE + PROFILE_QUERIES + 10 + HISTORY_QUERIES
+    (asked,) = h.prom.range_queries
+    now = h.clock.now.timestamp()
+    assert float(asked["end"]) == pytest.approx(now - 60.0) and float(asked["step"]) == 60.0
+    assert float(asked["start"]) == pytest.approx(now - 60.0 - 4 * 3600.0)  # FORECAST_HISTORY, 4h
+    assert asked["query"] == "sum by (model_name, namespace) (rate(vllm:request_success_total[1m]))"
+    assert h.status()["forecast"]["step"] == 41  # forty minutes of history, then this cycle's rate
+    assert h.engine.forecasts.holds(("default/default", NS))
+    # The next cycle goes on from there; the history is not read again.
+    h.advance(60)
+    h.load(60.0)
+    await h.engine.run_cycle()
+    assert h.status()["forecast"]["step"] == 42 and len(h.prom.range_queries) == 1
+    assert "60s stabilization" in h.status()["desiredOptimizedAlloc"]["reason"]
+    # Without it (FORECAST_HISTORY=0), the same first cycles warm up: step 1, five minutes.
+    off = _harness(FORECAST_HISTORY="0")
+    _history(off, 40)
+    off.load(600.0)
+    await off.engine.run_cycle()
+    off.advance(60)
+    off.load(60.0)
+    await off.engine.run_cycle()
+    assert off.status()["forecast"]["step"] == 2 and off.prom.range_queries == []
+    assert "300s stabilization" in off.status()["desiredOptimizedAlloc"]["reason"]
+
+
+async def test_the_history_is_read_only_where_there_is_no_state_and_only_its_last_run_counts() -> None:
+    # A restarted operator resumes the status' state: no history query.
+    h = _harness()
+    h.load(600.0)
+    await h.engine.run_cycle()
+    h.engine = h.new_engine()
+    h.prom.range_queries.clear()
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert h.prom.range_queries == [] and h.status()["forecast"]["step"] == 2
+    # A gap in the history (no series for a while): the run after it only, up to a minute ago.
+    gap = _harness()
+    _history(gap, 40, gap_at=10)
+    gap.load(600.0)
+    await gap.engine.run_cycle()
+    assert gap.status()["forecast"]["step"] == 10  # nine minutes after the gap, then this cycle
+    # With the arrival counter configured, its history is read instead of the completions'.
+    arrivals = _harness(ARRIVAL_COUNTER="inference_objective_request_total")
+    arrivals.load(600.0)
+    await arrivals.engine.run_cycle()
+    (asked,) = arrivals.prom.range_queries
+    assert "rate(inference_objective_request_total[1m])" in asked["query"]
+
+
+async def test_a_failed_history_query_starts_the_forecast_afresh_and_is_not_repeated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = _harness()
+    h.prom.history_error = True
+    h.load(600.0)
+    await h.engine.run_cycle()
+    assert h.status()["forecast"]["step"] == 1
+    assert any("forecast history of 1 model(s) not read" in r.getMessage() for r in caplog.records)
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert len(h.prom.range_queries) == 1 and h.status()["forecast"]["step"] == 2

@@ -23,9 +23,9 @@ import logging
 import math
 import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -44,6 +44,7 @@ LABEL_NAMESPACE = "namespace"
 _BY = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE})"
 
 ModelKey = tuple[str, str]  # (model_name, namespace); namespace "" for series without the label
+_T = TypeVar("_T")
 
 
 def _window(seconds: float) -> str:
@@ -104,6 +105,13 @@ def arrivals_query(counter: str, window_seconds: float) -> str:
     return f"sum {_BY} (rate({counter}[{_window(window_seconds)}]))"
 
 
+def history_query(counter: str | None, window_seconds: float) -> str:
+    """Each model's rate, as a range query reads it back in time for a new forecaster: its arrival
+    counter's (``ARRIVAL_COUNTER``) where one is configured, else its completions (its demand while the
+    servers kept up: the live demand adds the queue's growth and drain, which this leaves out)."""
+    return arrivals_query(counter or "vllm:request_success_total", window_seconds)
+
+
 def idle_query(retention_seconds: float) -> str:
     """Requests that succeeded within the retention period, per model (0: idle, may go to zero)."""
     return f"sum {_BY} (increase(vllm:request_success_total[{_window(retention_seconds)}]))"
@@ -144,11 +152,26 @@ class _Response(BaseModel):
     error: str | None = None
 
 
+class _RangeResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    metric: dict[str, str] = {}
+    values: list[tuple[float, str]] = []
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     labels: Mapping[str, str]
     value: float  # NaN and infinities are kept; callers decide
     timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series of a range query: its labels and its (time, value) points, oldest first."""
+
+    labels: Mapping[str, str]
+    points: tuple[tuple[float, float], ...]
 
 
 def build_ssl_context(cfg: PrometheusConfig) -> ssl.SSLContext:
@@ -195,7 +218,8 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 class PrometheusClient:
-    """Instant queries against Prometheus' HTTP API, bounded in time and size, with bounded retries.
+    """Instant (and, for a new forecaster's history, range) queries against Prometheus' HTTP API,
+    bounded in time and size, with bounded retries.
 
     ``timeout`` is the total deadline of one query (connecting, waiting, reading the whole body, and
     retries); ``cycle_timeout`` (default: ``timeout``) the total deadline of the collector's query set.
@@ -255,6 +279,21 @@ class PrometheusClient:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
+        return await self._retrying(lambda: self._query_once(params), deadline)
+
+    async def query_range(
+        self, promql: str, *, start: float, end: float, step: float, deadline: float | None = None
+    ) -> list[Series]:
+        """Run a range query (``/api/v1/query_range``): each series' values at ``start``, ``start +
+        step``, … up to ``end`` (the points Prometheus has). Bounded as :meth:`query`."""
+        if not (step > 0 and end >= start):
+            raise CollectionError(
+                f"a range query needs step > 0 and end >= start (got {start}, {end}, {step})"
+            )
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        return await self._retrying(lambda: self._range_once(params), deadline)
+
+    async def _retrying(self, once: Callable[[], Awaitable[_T]], deadline: float | None) -> _T:
         loop = asyncio.get_running_loop()
         started = loop.time()
         end = started + self.timeout
@@ -264,7 +303,7 @@ class PrometheusClient:
         while True:
             try:
                 async with asyncio.timeout_at(end):
-                    return await self._query_once(params)
+                    return await once()
             except TimeoutError:
                 raise CollectionError(
                     f"Prometheus query did not complete within its deadline ({end - started:.3g}s, "
@@ -303,7 +342,8 @@ class PrometheusClient:
             out[name] = result
         return out
 
-    async def _query_once(self, params: dict[str, str]) -> list[Sample]:
+    async def _fetch(self, path: str, params: dict[str, str], kind: str) -> _Data:
+        """One request to ``path``; its data, which must be of ``kind`` (``vector``, ``matrix``)."""
         headers = {}
         token = self._token.get()
         if token:
@@ -312,7 +352,7 @@ class PrometheusClient:
         self.queries_issued += 1
         try:
             async with self._client.stream(
-                "GET", "/api/v1/query", params=params, headers=headers, extensions=extensions
+                "GET", path, params=params, headers=headers, extensions=extensions
             ) as response:
                 status = response.status_code
                 content = await self._read_capped(response)
@@ -327,10 +367,26 @@ class PrometheusClient:
             raise CollectionError(f"unexpected Prometheus response (HTTP {status}): {text}") from exc
         if body.status != "success" or body.data is None:
             raise CollectionError(f"Prometheus error {body.errorType}: {body.error}")
-        if body.data.resultType != "vector":
-            raise CollectionError(f"expected a vector result, got {body.data.resultType}")
+        if body.data.resultType != kind:
+            raise CollectionError(f"expected a {kind} result, got {body.data.resultType}")
+        return body.data
+
+    async def _range_once(self, params: dict[str, str]) -> list[Series]:
+        data = await self._fetch("/api/v1/query_range", params, "matrix")
+        out: list[Series] = []
+        for item in data.result or ():
+            try:
+                result = _RangeResult.model_validate(item)
+            except (ValidationError, TypeError) as exc:
+                raise CollectionError(f"malformed matrix in the Prometheus response: {exc}") from exc
+            points = tuple((float(t), _float(v)) for t, v in result.values)
+            out.append(Series(labels=result.metric, points=points))
+        return out
+
+    async def _query_once(self, params: dict[str, str]) -> list[Sample]:
+        data = await self._fetch("/api/v1/query", params, "vector")
         samples: list[Sample] = []
-        for item in body.data.result or ():
+        for item in data.result or ():
             # By hand rather than a model per sample: a cycle reads thousands of them.
             sample = _sample(item)
             if sample is None:  # not the exact shape Prometheus writes: the model decides, and words errors
@@ -374,15 +430,18 @@ def _sample(item: object) -> Sample | None:
         return None
     if type(ts) not in (int, float):
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    return Sample(labels=metric, value=value, timestamp=float(ts))
+    return Sample(labels=metric, value=_float(raw), timestamp=float(ts))
 
 
 class _Retryable(Exception):
     pass
+
+
+def _float(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return math.nan
 
 
 # --- the collector --------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           scale-down window in patch mode is ``1m``, not ``5m``
 ``FORECAST_TREND_DAMPING``                the forecast's trend damping in (0, 1] (default ``1``:
                                           Holt's linear trend; ``0.9`` forecasts less past a step)
+``FORECAST_HISTORY``                      how far back a new forecaster (a model seen for the first
+                                          time, with no state to resume) learns the model's rate from
+                                          Prometheus, one range query (default ``4h``; ``0``: none)
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
@@ -122,6 +125,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "FORECAST_QUANTILE",
     "FORECAST_SCALE_DOWN_QUANTILE",
     "FORECAST_TREND_DAMPING",
+    "FORECAST_HISTORY",
     "BURST_GUARD_INTERVAL",
     "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
@@ -257,6 +261,8 @@ class MainConfig(BaseModel):
     forecast_quantile: float = DEFAULT_QUANTILE
     forecast_down_quantile: float | None = DEFAULT_DOWN_QUANTILE
     forecast_trend_damping: float = 1.0
+    # How far back a new forecaster learns its model's past rate from Prometheus (0: it starts afresh).
+    forecast_history_seconds: float = 4 * 3600.0
     guard_interval_seconds: float = 15.0
     arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
@@ -429,6 +435,7 @@ def parse_main_config(
         forecast_quantile=forecast_quantile,
         forecast_down_quantile=down_quantile or None,
         forecast_trend_damping=damping,
+        forecast_history_seconds=_duration(cm, "FORECAST_HISTORY", 4 * 3600.0),
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
         arrival_counter=arrivals,
         burstiness_counter=counter,

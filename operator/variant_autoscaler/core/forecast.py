@@ -24,13 +24,15 @@ an upper quantile of the *largest* per-interval rate in that horizon:
 
 Everything is pure: the state is a frozen value, :func:`update` returns a new one, time is a step count
 (one step per planning interval), and :meth:`ForecastState.to_json` / :meth:`ForecastState.from_json`
-give a compact form the operator can persist. Rates are requests per second.
+give a compact form the operator can persist. Rates are requests per second. :func:`replay` learns a run
+of past rates at once (:func:`trailing_run` picks it from a series' points): the operator warms a new
+forecaster from the model's history in Prometheus instead of starting it with the fixed margin.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +47,8 @@ __all__ = [
     "ForecastConfig",
     "ForecastState",
     "forecast",
+    "replay",
+    "trailing_run",
     "update",
 ]
 
@@ -249,3 +253,33 @@ def forecast(state: ForecastState, config: ForecastConfig) -> Forecast:
         errors=len(state.errors),
         holds=config.down_quantile is not None and len(state.errors) >= config.min_history,
     )
+
+
+def replay(
+    rates: Iterable[float], config: ForecastConfig, state: ForecastState | None = None
+) -> ForecastState:
+    """The state after observing ``rates`` in order, one per interval (from ``state``, else a new one):
+    a forecaster warmed up on a model's past rates, as if it had run through them."""
+    out = state if state is not None else ForecastState()
+    for rate in rates:
+        out = update(out, rate, config)
+    return out
+
+
+def trailing_run(points: Sequence[tuple[float, float]], step_s: float) -> list[float]:
+    """The rates of the run of ``points`` ((time, req/s), oldest first) that ends with the last one,
+    back to the first gap: each point one step after the one before it (within half a step) with a
+    finite rate >= 0. The forecaster learns successive intervals only, up to the latest."""
+    if not step_s > 0:
+        raise ModelError(f"a step must be > 0 s, got {step_s!r}")
+    run: list[float] = []
+    later: float | None = None  # the time of the point after this one
+    for t, rate in reversed(points):
+        if not (math.isfinite(rate) and rate >= 0.0):
+            break
+        if later is not None and abs((later - t) - step_s) > 0.5 * step_s:
+            break
+        run.append(rate)
+        later = t
+    run.reverse()
+    return run

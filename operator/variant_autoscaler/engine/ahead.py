@@ -10,7 +10,10 @@ For variants whose service class states attainment or percentile targets (docs/t
   RBAC, and it goes with the objects it describes), and for an annotated HPA or ScaledObject into the
   ``forecast`` section of its entry in the annotated objects' ConfigMap (:mod:`.annotated_state`): a
   restarted operator, or a new leader, resumes from the most advanced state it finds there instead of
-  relearning the error quantiles for twenty intervals.
+  relearning the error quantiles for twenty intervals. A model with no such state (new to the operator:
+  a first install, a migration from WVA, a new VA on a model already serving) is warmed from its own
+  past: one range query per cycle reads the rate of every such model over ``FORECAST_HISTORY``
+  (:meth:`ForecastBook.backfill`), and the forecaster learns it as if it had run through it.
 * :class:`BurstGuard` runs beside the cycles: every ``BURST_GUARD_INTERVAL`` one PromQL query reads the
   queue, its growth, the completions and the KV cache of every model
   (:mod:`variant_autoscaler.adapters.guard_signals`); :func:`variant_autoscaler.core.guard.guard` says
@@ -27,24 +30,41 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from variant_autoscaler.adapters.guard_signals import build_guard_query, read_guard_signals, signals_for
 from variant_autoscaler.adapters.kube import ScaleTarget
-from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, ModelKey
+from variant_autoscaler.adapters.prometheus import (
+    LABEL_MODEL,
+    LABEL_NAMESPACE,
+    Collector,
+    MetricsSnapshot,
+    ModelKey,
+    PrometheusClient,
+    history_query,
+)
 from variant_autoscaler.api.config import MainConfig
 from variant_autoscaler.core.decision import DecisionInputs
 from variant_autoscaler.core.demand import forecast_input
-from variant_autoscaler.core.forecast import Forecast, ForecastConfig, ForecastState, forecast, update
+from variant_autoscaler.core.forecast import (
+    Forecast,
+    ForecastConfig,
+    ForecastState,
+    forecast,
+    replay,
+    trailing_run,
+    update,
+)
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
 from variant_autoscaler.core.policy import siblings_starting
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.engine.translate import VariantContext, actuation_mode, stabilization_window
-from variant_autoscaler.errors import KubeError, ModelError, VariantAutoscalerError
+from variant_autoscaler.errors import CollectionError, KubeError, ModelError, VariantAutoscalerError
 from variant_autoscaler.planner import PlanOutcome, VariantKey
 
 __all__ = [
+    "HISTORY_QUERIES",
     "BurstGuard",
     "ForecastBook",
     "GuardAction",
@@ -54,6 +74,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The queries a cycle adds where some model's forecaster is new (no state to resume): one range query
+#: of the history of all of them (:meth:`ForecastBook.backfill`), whatever their number.
+HISTORY_QUERIES = 1
 
 
 def _step_seconds(cfg: MainConfig) -> float:
@@ -82,6 +106,7 @@ class ForecastBook:
 
     def __init__(self) -> None:
         self._entries: dict[ModelKey, _Entry] = {}
+        self._looked_back: set[ModelKey] = set()  # models whose history was read (once a process)
 
     def restore(self, statuses: Iterable[tuple[ModelKey, Mapping[str, Any]]]) -> None:
         """Take up the state a previous process left in ``status.forecast`` (``statuses``: each VA's
@@ -100,6 +125,71 @@ class ForecastBook:
             if known is None or state.step > known.state.step:
                 found[key] = _Entry(state, _time(raw.get("updated")))
         self._entries.update(found)
+
+    async def backfill(
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        *,
+        client: PrometheusClient | None,
+        cfg: MainConfig,
+        now: datetime,
+        stored: Callable[[VariantContext], Mapping[str, Any] | None] = lambda _: None,
+    ) -> dict[ModelKey, int]:
+        """Warm the forecasters this cycle would start afresh from their models' past: for the models of
+        ``contexts`` with metrics now and no state to resume (neither known here nor left by a previous
+        process), one range query of every model's rate over ``FORECAST_HISTORY`` (at most as far back
+        as the forecaster keeps), at the forecaster's step, up to one step ago; each learns the run of
+        intervals that ends there. Once per model and process: a failed query, or a model without
+        history, starts afresh. Returns how many intervals each warmed model learnt."""
+        if cfg.forecast_quantile <= 0 or cfg.forecast_history_seconds <= 0 or snapshot is None:
+            return {}
+        fcfg = _forecast_config(cfg)
+        if fcfg is None or client is None:
+            return {}
+        self.restore(_previous(contexts, stored))
+        new = [
+            key
+            for key in sorted(_models(contexts))
+            if key not in self._entries
+            and key not in self._looked_back
+            and snapshot.lookup(*key).state == "ok"
+        ]
+        if not new:
+            return {}
+        self._looked_back.update(new)
+        step = _step_seconds(cfg)
+        span = min(cfg.forecast_history_seconds, (fcfg.history + fcfg.steps) * step)
+        end = now.timestamp() - step
+        try:
+            series = await client.query_range(
+                history_query(cfg.arrival_counter, cfg.metrics_window_seconds),
+                start=end - span,
+                end=end,
+                step=step,
+            )
+        except CollectionError as exc:
+            logger.warning("forecast history of %d model(s) not read (%s): they start afresh", len(new), exc)
+            return {}
+        points = {
+            (s.labels.get(LABEL_MODEL, ""), s.labels.get(LABEL_NAMESPACE, "")): s.points for s in series
+        }
+        out: dict[ModelKey, int] = {}
+        for key in new:
+            found = points.get(key, ())
+            run = trailing_run(found, step)
+            if len(run) < 2 or abs(found[-1][0] - end) > 0.5 * step:
+                continue  # no recent history: afresh, as before
+            self._entries[key] = _Entry(replay(run, fcfg), datetime.fromtimestamp(found[-1][0], tz=UTC))
+            out[key] = len(run)
+            logger.info(
+                "forecast of %s/%s warmed from %d intervals of its rate in Prometheus (%.3g req/s last)",
+                key[1],
+                key[0],
+                len(run),
+                run[-1],
+            )
+        return out
 
     def update(self, key: ModelKey, rate: float, now: datetime, cfg: MainConfig) -> Forecast | None:
         """Learn ``rate`` (req/s: ``core.demand.forecast_input``) once per interval (or metrics window, if
@@ -152,11 +242,7 @@ class ForecastBook:
             return {}
         self.restore(_previous(contexts, stored))
         out: dict[ModelKey, float] = {}
-        models = {
-            (c.model_id, c.key[0])
-            for c in contexts
-            if c.model_id and (c.va is not None or c.annotated is not None)
-        }
+        models = _models(contexts)
         for gone in set(self._entries) - models:  # no variant left (it comes back with its stored state)
             del self._entries[gone]
         for model, namespace in sorted(models):
@@ -168,6 +254,15 @@ class ForecastBook:
             if found is not None:
                 out[(model, namespace)] = found.planned * 60.0
         return out
+
+
+def _models(contexts: Sequence[VariantContext]) -> set[ModelKey]:
+    """The (model, namespace) of every VA and annotated object in ``contexts``."""
+    return {
+        (c.model_id, c.key[0])
+        for c in contexts
+        if c.model_id and (c.va is not None or c.annotated is not None)
+    }
 
 
 def _previous(

@@ -423,19 +423,21 @@ class Engine:
             ),
         )
         hpas = self._hpas(listed, everything)
-        queries = 0
-        if self._collector is not None:
-            queries = self._collector.client.queries_issued - queries_before
-        self.exporter.promql_queries.inc(queries)
-        self.exporter.promql_queries_last_cycle.set(queries)
 
-        # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status).
+        # 4. Plan: with each model's demand forecast (learnt once per interval, resumed from the status,
+        # or for a model new to this process with no state to resume, warmed from its history).
         assign_pods(everything, snapshot)
         self.annotated_state.load(everything, cycle.listed)
         self.learning.apply(everything, windows, started_wall, cycle.queueing)
-        ahead = self.forecasts.forecast(
-            everything, snapshot, cfg, started_wall, self.annotated_state.forecast
+        stored = self.annotated_state.forecast
+        client = self._collector.client if self._collector is not None else None
+        await self.forecasts.backfill(
+            everything, snapshot, client=client, cfg=cfg, now=started_wall, stored=stored
         )
+        ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall, stored)
+        queries = 0 if client is None else client.queries_issued - queries_before
+        self.exporter.promql_queries.inc(queries)
+        self.exporter.promql_queries_last_cycle.set(queries)
         self._plan_variants(everything, snapshot, cycle, ahead)
         outcome = await self._plan(everything, cycle, config_error)
         self._siblings = siblings_starting_of(contexts, outcome)

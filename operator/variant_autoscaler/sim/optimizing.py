@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -47,7 +47,7 @@ from variant_autoscaler.api.configmaps import (
 )
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.demand import forecast_input
-from variant_autoscaler.core.forecast import ForecastState
+from variant_autoscaler.core.forecast import ForecastState, replay
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
 from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
@@ -295,6 +295,7 @@ class OptimizerPolicy(Policy):
         forecast_quantile: float | None = None,
         workloads: bool = True,
         planning_attainment: float | None = None,
+        forecast_history: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError("a decision interval must be > 0")
@@ -359,7 +360,14 @@ class OptimizerPolicy(Policy):
         self._keeps = replica_policy and (
             stabilization_s > 0 if stabilization_s is not None else cfg.stabilization_for("patch") > 0
         )
-        self._forecasts: dict[str, ForecastState] = {m.model_id: ForecastState() for m in scenario.models}
+        # A forecaster starts afresh, or where the operator would find the model's past rate in
+        # Prometheus (``forecast_history``: per model, one rate per interval, oldest first), warmed
+        # from it as the operator's backfill does (engine/ahead.py).
+        history = forecast_history or {}
+        self._forecasts: dict[str, ForecastState] = {
+            m.model_id: replay(history.get(m.model_id, ()), self._forecast_cfg[m.model_id])
+            for m in scenario.models
+        }
         self._startup = {m.model_id: m.startup_s for m in scenario.models}
         tick = guard_interval_s if guard_interval_s is not None else scenario.settings.scrape_interval_s
         self.interval_s = min(interval_s, tick) if self.guarded else interval_s
@@ -689,6 +697,7 @@ def ours_policy(
     sizing: Sizing = "tail",
     forecast: ForecastMode | None = None,
     guard: bool | None = None,
+    forecast_history: Mapping[str, Sequence[float]] | None = None,
 ) -> OptimizerPolicy:
     """Our operator in patch mode: limited mode, shared model load, demand from the queue, replica policy;
     for attainment classes tail sizing on the measured workload, the forecast's upper quantile and the
@@ -696,7 +705,9 @@ def ours_policy(
 
     ``slo_scale < 1`` and ``forecast_s > 0`` are experiments, not the operator's behaviour: plan
     against SLOs scaled by ``slo_scale``; add the demand's recent rise projected ``forecast_s`` ahead.
-    ``sizing``, ``forecast`` and ``guard`` override the operator's choices (the ablation).
+    ``sizing``, ``forecast`` and ``guard`` override the operator's choices (the ablation);
+    ``forecast_history`` warms the forecasters from each model's past rate, as the operator does from
+    Prometheus (``FORECAST_HISTORY``).
     """
     return OptimizerPolicy(
         scenario,
@@ -713,6 +724,7 @@ def ours_policy(
         sizing=sizing,
         forecast=forecast,
         guard=guard,
+        forecast_history=forecast_history,
     )
 
 

@@ -20,6 +20,7 @@ from variant_autoscaler.adapters.prometheus import (
     build_queries,
     build_saturation_queries,
     build_ssl_context,
+    history_query,
 )
 from variant_autoscaler.api.config import PrometheusConfig
 from variant_autoscaler.core.demand import demand_rate, forecast_input
@@ -363,3 +364,60 @@ def test_no_token_over_plain_http_unless_allowed(tmp_path: Path) -> None:
     )
     assert allowed.allow_token_over_http
     PrometheusClient(allowed)
+
+
+# --- range queries (a new forecaster's history) -------------------------------------------------------------
+
+
+async def test_a_range_query_reads_each_series_points_and_sends_its_span() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        result = [
+            {"metric": {"model_name": "m", "namespace": "ns"}, "values": [[NOW - 60, "1.5"], [NOW, "NaN"]]},
+            {"metric": {"model_name": "other"}, "values": []},
+        ]
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "matrix", "result": result}}
+        )
+
+    client = _client(handler)
+    query = history_query(None, 60.0)
+    assert query == "sum by (model_name, namespace) (rate(vllm:request_success_total[1m]))"
+    series = await client.query_range(query, start=NOW - 3600, end=NOW, step=60.0)
+    assert seen[0].url.path == "/api/v1/query_range"
+    params = dict(seen[0].url.params)
+    assert params == {"query": query, "start": f"{NOW - 3600:.3f}", "end": f"{NOW:.3f}", "step": "60"}
+    assert series[0].labels == {"model_name": "m", "namespace": "ns"}
+    assert series[0].points[0] == (NOW - 60, 1.5) and math.isnan(series[0].points[1][1])
+    assert series[1].points == () and client.queries_issued == 1
+    assert history_query("inference_objective_request_total", 60.0).startswith(
+        "sum by (model_name, namespace) (rate(inference_objective_request_total[1m]))"
+    )
+
+
+async def test_a_range_query_refuses_other_results_and_bad_spans_and_retries_like_instant_ones() -> None:
+    vector = _client(lambda _r: httpx.Response(200, json=_vector([({"model_name": "m"}, 1.0)])))
+    with pytest.raises(CollectionError, match="expected a matrix result, got vector"):
+        await vector.query_range("x", start=NOW - 60, end=NOW, step=60.0)
+    with pytest.raises(CollectionError, match="step > 0 and end >= start"):
+        await vector.query_range("x", start=NOW, end=NOW - 60, step=60.0)
+    malformed = _client(
+        lambda _r: httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "matrix", "result": [{"values": "x"}]}}
+        )
+    )
+    with pytest.raises(CollectionError, match="malformed matrix"):
+        await malformed.query_range("x", start=NOW - 60, end=NOW, step=60.0)
+    calls = 0
+
+    def flaky(_request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return httpx.Response(503, text="overloaded")
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    assert await _client(flaky).query_range("x", start=NOW - 60, end=NOW, step=60.0) == []
+    assert calls == 2

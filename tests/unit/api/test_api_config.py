@@ -148,6 +148,15 @@ def test_the_forecasts_trend_damping_is_holts_by_default_and_reaches_the_forecas
             parse_main_config({"FORECAST_TREND_DAMPING": bad})
 
 
+def test_the_forecasts_history_is_four_hours_by_default_and_zero_turns_it_off() -> None:
+    assert parse_main_config({}).forecast_history_seconds == 4 * 3600.0
+    assert parse_main_config({"FORECAST_HISTORY": "90m"}).forecast_history_seconds == 5400.0
+    assert parse_main_config({"FORECAST_HISTORY": "0"}).forecast_history_seconds == 0.0
+    for bad in ("-1h", "long"):
+        with pytest.raises(ConfigError, match="FORECAST_HISTORY"):
+            parse_main_config({"FORECAST_HISTORY": bad})
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [

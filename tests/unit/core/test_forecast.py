@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from variant_autoscaler.core import forecast as fc
 from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, forecast, update
 from variant_autoscaler.errors import ModelError
 
@@ -162,3 +163,30 @@ def test_a_scale_down_quantile_below_the_scale_up_one_is_refused() -> None:
     with pytest.raises(ModelError):
         ForecastConfig(quantile=0.5, down_quantile=1.0)
     ForecastConfig(quantile=0.5, down_quantile=0.5)  # equal: no hysteresis, allowed
+
+
+def test_replay_is_the_updates_in_order_and_warms_the_quantiles() -> None:
+    cfg = ForecastConfig(interval_s=60.0, horizon_s=240.0, quantile=0.5, down_quantile=0.9)
+    rates = [10.0 * (1.0 + 0.2 * math.sin(k / 5.0)) for k in range(40)]
+    state = ForecastState()
+    for rate in rates:
+        state = update(state, rate, cfg)
+    assert fc.replay(rates, cfg) == state
+    assert fc.replay(rates[20:], cfg, fc.replay(rates[:20], cfg)) == state  # a run continued from a state
+    warm = forecast(state, cfg)
+    assert warm.holds and warm.errors >= cfg.min_history  # no warm-up left
+    assert not forecast(fc.replay(rates[:5], cfg), cfg).holds
+    assert fc.replay([], cfg) == ForecastState()
+
+
+def test_trailing_run_is_the_gapless_run_that_ends_with_the_last_point() -> None:
+    steady = [(60.0 * k, float(k)) for k in range(1, 6)]
+    assert fc.trailing_run(steady, 60.0) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert fc.trailing_run([*steady[:2], *steady[3:]], 60.0) == [4.0, 5.0]  # a missing point
+    assert fc.trailing_run([(60.0, 1.0), (120.0, math.nan), (180.0, 3.0)], 60.0) == [3.0]
+    assert fc.trailing_run([(60.0, 1.0), (120.0, -1.0)], 60.0) == []  # the last one is not a rate
+    assert fc.trailing_run([(0.0, 1.0), (100.0, 2.0), (160.0, 3.0)], 60.0) == [2.0, 3.0]  # off the step
+    assert fc.trailing_run([(60.0, 1.0), (115.0, 2.0)], 60.0) == [1.0, 2.0]  # within half a step
+    assert fc.trailing_run([], 60.0) == []
+    with pytest.raises(ModelError, match="step must be > 0"):
+        fc.trailing_run(steady, 0.0)

@@ -1,0 +1,147 @@
+"""Benchmark: a new forecaster warmed from its model's history, against one that starts afresh.
+
+The operator warms a forecaster that has no state to resume (a first install, a migration from WVA, a
+new VA on a model already serving) from the model's past rate in Prometheus (``FORECAST_HISTORY``,
+engine/ahead.py: one range query). Without it the forecaster spends its first twenty horizons on one
+fixed margin (+35 %) for every quantile, and the scale-down window of a new model stays at five minutes.
+
+Each of the policy benchmark's six scenarios is cut in two: its first ``HISTORY_MIN`` minutes are the
+history (what Prometheus recorded before the operator started), the rest is the run. ``ours`` runs the
+rest twice over the same requests, from the scenario's initial replicas: afresh, and with each model's
+forecaster warmed from the history's per-minute arrival rates (what the operator's range query of the
+arrival counter reads). The checked oracle of the same rest is the reference. The simulator warms the
+forecaster with the same core function the operator does (``core.forecast.replay``).
+
+Run: ``python bench/warm_start.py`` (this section only, to stdout) or
+``python bench/run_all.py --only warm_start``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from policies import SCARCE, SCENARIOS, _load
+from variant_autoscaler.sim.cluster import RunResult, scenario_arrivals
+from variant_autoscaler.sim.optimizing import ours_policy
+from variant_autoscaler.sim.report import summarize
+from variant_autoscaler.sim.runner import PolicyOptions, checked_oracle
+from variant_autoscaler.sim.simulator import simulate
+from variant_autoscaler.sim.traffic import Arrivals
+
+#: Minutes of each scenario taken as history: before the crowd (flash-crowd, 60 min in) and the lost
+#: node (node-failure, 50 min in); an hour of the four-hour diurnal cycle; a third of the one-hour trace.
+HISTORY_MIN: dict[str, int] = {
+    "diurnal": 60,
+    "flash-crowd": 30,
+    "scarce": 30,
+    "node-failure": 20,
+    "azure-conv": 20,
+    "azure-conv-x4": 20,
+}
+
+
+def _attainment(summary: dict[str, Any], scarce: bool) -> float:
+    """The share within SLO a target judges: of all requests, in a scarce scenario of the first class."""
+    if not scarce:
+        return float(summary["attainment"])
+    first = min(summary["per_model"].values(), key=lambda m: m["priority"])
+    return float(first["attainment"])
+
+
+def _one(name: str) -> dict[str, Any] | None:
+    scenario = _load(name)
+    if scenario is None:
+        return None
+    history_s = 60.0 * HISTORY_MIN[name]
+    arrivals = scenario_arrivals(scenario)
+    rest = dataclasses.replace(scenario, duration_s=scenario.duration_s - history_s)
+    later: dict[str, Arrivals] = {}
+    history: dict[str, list[float]] = {}
+    for model, arr in arrivals.items():
+        keep = arr.times >= history_s
+        later[model] = Arrivals(arr.times[keep] - history_s, arr.input_tokens[keep], arr.output_tokens[keep])
+        counts, _ = np.histogram(arr.times[~keep], bins=np.arange(0.0, history_s + 1.0, 60.0))
+        history[model] = [float(c) / 60.0 for c in counts]
+    started = time.process_time()
+    scarce = name in SCARCE
+    oracle = checked_oracle(rest, later, PolicyOptions(oracle_first_priority=scarce))
+    runs: dict[str, RunResult] = {
+        "afresh": simulate(rest, ours_policy(rest), arrivals=later),
+        "warmed": simulate(rest, ours_policy(rest, forecast_history=history), arrivals=later),
+    }
+    base = float(sum(oracle.cost.values()))
+    row: dict[str, Any] = {
+        "name": name,
+        "history_min": HISTORY_MIN[name],
+        "rest_min": rest.duration_s / 60.0,
+        "requests": int(sum(len(a) for a in later.values())),
+        "oracle": (base, _attainment(summarize(oracle), scarce)),
+        "cpu_s": 0.0,
+    }
+    for arm, result in runs.items():
+        row[arm] = (float(sum(result.cost.values())), _attainment(summarize(result), scarce))
+    row["cpu_s"] = time.process_time() - started
+    return row
+
+
+def run(jobs: int = 2) -> str:
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        rows = [r for r in pool.map(_one, SCENARIOS) if r is not None]
+    wall = time.perf_counter() - started
+    lines = [
+        "## A new forecaster warmed from its model's history",
+        "",
+        f"Command: `python bench/run_all.py --only warm_start` ({wall:.0f} s wall, 2 worker processes). "
+        "Each scenario of the policy benchmark is cut in two: its first minutes are the history "
+        "(what Prometheus recorded before the operator started: a first install, a migration from WVA), "
+        "the rest is the run, from the scenario's initial replicas. `ours` runs the rest twice over the "
+        "same requests: with each forecaster *afresh* (`FORECAST_HISTORY=0`: the warm-up's one +35 % "
+        "margin for twenty horizons, and the five-minute scale-down window until then), and *warmed* "
+        "from the history's per-minute arrival rates (the default: what the operator's one range query "
+        "reads). The share within SLO (scarce: of the first-priority class) and the cost against the "
+        "checked oracle of the same rest.",
+        "",
+        "| scenario | history | run | requests | oracle | ours afresh | ours warmed | warmed vs afresh |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        base = r["oracle"][0]
+
+        def cell(arm: str, base: float = base, r: dict[str, Any] = r) -> str:
+            cost, att = r[arm]
+            return f"{100 * att:.2f} % at {cost / base:.2f}×"
+
+        change = r["warmed"][0] / r["afresh"][0] - 1.0
+        lines.append(
+            f"| {r['name']} | {r['history_min']} min | {r['rest_min']:.0f} min | {r['requests']:,} "
+            f"| {100 * r['oracle'][1]:.2f} % | {cell('afresh')} | {cell('warmed')} "
+            f"| {100 * change:+.1f} % cost |"
+        )
+    cheaper = [r for r in rows if r["warmed"][0] < r["afresh"][0]]
+    dearer = [r for r in rows if r["warmed"][0] > r["afresh"][0]]
+    worst = max(rows, key=lambda r: r["afresh"][1] - r["warmed"][1])
+    lines += [
+        "",
+        f"Warmed, ours is cheaper in {len(cheaper)} of {len(rows)} scenarios "
+        f"({', '.join(r['name'] for r in cheaper) or 'none'})"
+        + (f" and dearer in {', '.join(r['name'] for r in dearer)}" if dearer else "")
+        + f"; the largest fall in attainment is {100 * (worst['afresh'][1] - worst['warmed'][1]):.2f} points "
+        f"({worst['name']}). CPU per scenario (the oracle's checked runs and both of ours): "
+        + ", ".join(f"{r['name']} {r['cpu_s']:.0f} s" for r in rows)
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(run())
