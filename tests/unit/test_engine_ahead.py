@@ -365,3 +365,27 @@ async def test_a_failed_history_query_starts_the_forecast_afresh_and_is_not_repe
     h.advance(60)
     await h.engine.run_cycle()
     assert len(h.prom.range_queries) == 1 and h.status()["forecast"]["step"] == 2
+
+
+async def test_a_stale_state_in_the_status_is_relearnt_from_the_history() -> None:
+    """An operator down for longer than the horizon finds a state whose pending forecasts can no longer
+    be scored: where the history covers the gap it relearns from it; where it does not, it goes on from
+    the state."""
+    h = _harness()
+    h.load(600.0)
+    for _ in range(3):
+        await h.engine.run_cycle()
+        h.advance(60)
+    assert h.status()["forecast"]["step"] == 3
+    h.advance(2 * 3600)  # two hours later, a new process
+    h.engine = h.new_engine()
+    _history(h, 30)
+    h.prom.range_queries.clear()
+    await h.engine.run_cycle()
+    assert len(h.prom.range_queries) == 1 and h.status()["forecast"]["step"] == 31
+    # Without history for it, the stale state goes on.
+    h.advance(2 * 3600)
+    h.engine = h.new_engine()
+    h.prom.history.clear()
+    await h.engine.run_cycle()
+    assert h.status()["forecast"]["step"] == 32

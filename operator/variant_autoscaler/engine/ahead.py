@@ -138,27 +138,30 @@ class ForecastBook:
     ) -> dict[ModelKey, int]:
         """Warm the forecasters this cycle would start afresh from their models' past: for the models of
         ``contexts`` with metrics now and no state to resume (neither known here nor left by a previous
-        process), one range query of every model's rate over ``FORECAST_HISTORY`` (at most as far back
-        as the forecaster keeps), at the forecaster's step, up to one step ago; each learns the run of
-        intervals that ends there. Once per model and process: a failed query, or a model without
-        history, starts afresh. Returns how many intervals each warmed model learnt."""
+        process), or whose state is stale (last updated longer ago than the horizon: an operator down
+        for a while; its pending forecasts can no longer be scored), one range query of every such
+        model's rate over ``FORECAST_HISTORY`` (at most as far back as the forecaster keeps), at the
+        forecaster's step, up to one step ago; each learns the run of intervals that ends there. Once
+        per model and process: after a failed query, or for a model without history, a new one starts
+        afresh and a stale one goes on from its state. Returns how many intervals each model learnt."""
         if cfg.forecast_quantile <= 0 or cfg.forecast_history_seconds <= 0 or snapshot is None:
             return {}
         fcfg = _forecast_config(cfg)
         if fcfg is None or client is None:
             return {}
         self.restore(_previous(contexts, stored))
+        step = _step_seconds(cfg)
+        stale_before = now.timestamp() - (fcfg.steps + 1) * step
         new = [
             key
             for key in sorted(_models(contexts))
-            if key not in self._entries
-            and key not in self._looked_back
+            if key not in self._looked_back
             and snapshot.lookup(*key).state == "ok"
+            and ((entry := self._entries.get(key)) is None or _older(entry, stale_before))
         ]
         if not new:
             return {}
         self._looked_back.update(new)
-        step = _step_seconds(cfg)
         span = min(cfg.forecast_history_seconds, (fcfg.history + fcfg.steps) * step)
         end = now.timestamp() - step
         try:
@@ -180,12 +183,14 @@ class ForecastBook:
             run = trailing_run(found, step)
             if len(run) < 2 or abs(found[-1][0] - end) > 0.5 * step:
                 continue  # no recent history: afresh, as before
+            stale = key in self._entries
             self._entries[key] = _Entry(replay(run, fcfg), datetime.fromtimestamp(found[-1][0], tz=UTC))
             out[key] = len(run)
             logger.info(
-                "forecast of %s/%s warmed from %d intervals of its rate in Prometheus (%.3g req/s last)",
+                "forecast of %s/%s %s from %d intervals of its rate in Prometheus (%.3g req/s last)",
                 key[1],
                 key[0],
+                "relearnt (its stored state was stale)" if stale else "warmed",
                 len(run),
                 run[-1],
             )
@@ -245,6 +250,7 @@ class ForecastBook:
         models = _models(contexts)
         for gone in set(self._entries) - models:  # no variant left (it comes back with its stored state)
             del self._entries[gone]
+            self._looked_back.discard(gone)
         for model, namespace in sorted(models):
             lookup = snapshot.lookup(model, namespace)
             if lookup.state != "ok" or lookup.metrics is None:
@@ -254,6 +260,11 @@ class ForecastBook:
             if found is not None:
                 out[(model, namespace)] = found.planned * 60.0
         return out
+
+
+def _older(entry: _Entry, before: float) -> bool:
+    """Whether ``entry`` last learnt a rate before ``before`` (epoch seconds; unknown: not older)."""
+    return entry.updated is not None and entry.updated.timestamp() < before
 
 
 def _models(contexts: Sequence[VariantContext]) -> set[ModelKey]:
