@@ -159,7 +159,12 @@ def test_a_new_forecasters_history_is_one_range_query_of_every_models_rate(
         try:
             now = time.time()
             found = await client.query_range(history_query(counter, 30.0), start=now - 60, end=now, step=2.0)
-            assert client.queries_issued == 1
+            # Named (a few new models), with a name that needs escaping beside: the same series.
+            named = await client.query_range(
+                history_query(counter, 30.0, ["m", 'odd.name+(v2)"']), start=now - 60, end=now, step=2.0
+            )
+            assert [s.labels for s in named] == [s.labels for s in found if s.labels.get("model_name") == "m"]
+            assert client.queries_issued == 2
         finally:
             await client.aclose()
         (series,) = [s for s in found if s.labels.get("model_name") == "m"]

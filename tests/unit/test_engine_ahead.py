@@ -308,7 +308,9 @@ async def test_a_new_models_forecast_learns_its_history_and_holds_from_its_first
     now = h.clock.now.timestamp()
     assert float(asked["end"]) == pytest.approx(now - 60.0) and float(asked["step"]) == 60.0
     assert float(asked["start"]) == pytest.approx(now - 60.0 - 4 * 3600.0)  # FORECAST_HISTORY, 4h
-    assert asked["query"] == "sum by (model_name, namespace) (rate(vllm:request_success_total[1m]))"
+    assert asked["query"] == (  # the new models only
+        'sum by (model_name, namespace) (rate(vllm:request_success_total{model_name=~"default/default"}[1m]))'
+    )
     assert h.status()["forecast"]["step"] == 41  # forty minutes of history, then this cycle's rate
     assert h.engine.forecasts.holds(("default/default", NS))
     # The next cycle goes on from there; the history is not read again.
@@ -350,7 +352,7 @@ async def test_the_history_is_read_only_where_there_is_no_state_and_only_its_las
     arrivals.load(600.0)
     await arrivals.engine.run_cycle()
     (asked,) = arrivals.prom.range_queries
-    assert "rate(inference_objective_request_total[1m])" in asked["query"]
+    assert 'rate(inference_objective_request_total{model_name=~"default/default"}[1m])' in asked["query"]
 
 
 async def test_a_failed_history_query_starts_the_forecast_afresh_and_is_not_repeated(

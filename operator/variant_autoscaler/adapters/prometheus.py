@@ -105,11 +105,36 @@ def arrivals_query(counter: str, window_seconds: float) -> str:
     return f"sum {_BY} (rate({counter}[{_window(window_seconds)}]))"
 
 
-def history_query(counter: str | None, window_seconds: float) -> str:
+#: A history query names its models (a regex on ``model_name``) up to this many; for more (a first
+#: install on a large fleet) it reads every model's series rather than build a query too long to send.
+HISTORY_MODELS_NAMED = 20
+
+
+def history_query(counter: str | None, window_seconds: float, models: Sequence[str] = ()) -> str:
     """Each model's rate, as a range query reads it back in time for a new forecaster: its arrival
     counter's (``ARRIVAL_COUNTER``) where one is configured, else its completions (its demand while the
-    servers kept up: the live demand adds the queue's growth and drain, which this leaves out)."""
-    return arrivals_query(counter or "vllm:request_success_total", window_seconds)
+    servers kept up: the live demand adds the queue's growth and drain, which this leaves out). With a
+    few ``models`` (at most :data:`HISTORY_MODELS_NAMED`), only theirs: a restarted operator with one
+    new model among hundreds reads one series, not hundreds."""
+    metric = counter or "vllm:request_success_total"
+    names = sorted(set(models))
+    if names and len(names) <= HISTORY_MODELS_NAMED:
+        alternatives = "|".join(_promql_string(_re2_quote(n)) for n in names)
+        metric = f'{metric}{{{LABEL_MODEL}=~"{alternatives}"}}'
+    return arrivals_query(metric, window_seconds)
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _re2_quote(text: str) -> str:
+    """``text`` as a regular expression that matches it literally (RE2, Prometheus' dialect)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def _promql_string(text: str) -> str:
+    """``text`` inside a double-quoted PromQL string: backslashes and quotes escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def idle_query(retention_seconds: float) -> str:

@@ -166,7 +166,7 @@ class ForecastBook:
         end = now.timestamp() - step
         try:
             series = await client.query_range(
-                history_query(cfg.arrival_counter, cfg.metrics_window_seconds),
+                history_query(cfg.arrival_counter, cfg.metrics_window_seconds, [m for m, _ in new]),
                 start=end - span,
                 end=end,
                 step=step,

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from variant_autoscaler.adapters.prometheus import (
+    HISTORY_MODELS_NAMED,
     QUERIES_PER_CYCLE,
     Collector,
     PrometheusClient,
@@ -395,6 +396,15 @@ async def test_a_range_query_reads_each_series_points_and_sends_its_span() -> No
     assert history_query("inference_objective_request_total", 60.0).startswith(
         "sum by (model_name, namespace) (rate(inference_objective_request_total[1m]))"
     )
+
+
+def test_a_history_query_names_a_few_models_literally_and_reads_all_of_many() -> None:
+    few = history_query(None, 60.0, ["meta/llama-3.1-8b", 'odd.name+(v2)"', "meta/llama-3.1-8b"])
+    # RE2 metacharacters escaped, then the backslashes and the quote escaped for the PromQL string.
+    selector = '{model_name=~"meta/llama-3\\\\.1-8b|odd\\\\.name\\\\+\\\\(v2\\\\)\\""}'
+    assert few == f"sum by (model_name, namespace) (rate(vllm:request_success_total{selector}[1m]))"
+    many = history_query(None, 60.0, [f"m{i}" for i in range(HISTORY_MODELS_NAMED + 1)])
+    assert many == "sum by (model_name, namespace) (rate(vllm:request_success_total[1m]))"
 
 
 async def test_a_range_query_refuses_other_results_and_bad_spans_and_retries_like_instant_ones() -> None:
