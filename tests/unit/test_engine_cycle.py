@@ -14,7 +14,6 @@ from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PRO
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.core import status as st
-from variant_autoscaler.engine.ahead import HISTORY_QUERIES
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, load_yaml
 
@@ -96,13 +95,8 @@ async def test_each_cycle_writes_each_status_once_and_queries_prometheus_a_fixed
     before = h.prom.queries
     report = await h.engine.run_cycle()
     assert report.variants == 25
-    # The load and saturation queries, the profile learning's pod windows, and (in a model's first
-    # cycle) one range query of its forecast's history, whatever the number of variants.
-    assert (
-        h.prom.queries - before
-        == QUERIES_PER_CYCLE + PROFILE_QUERIES + HISTORY_QUERIES
-        == report.promql_queries
-    )
+    # The load and saturation queries, and the profile learning's pod windows.
+    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES == report.promql_queries
     assert h.kube.writes("PUT", "/status") == 25
     assert h.kube.writes("GET", "/deployments") == 1  # one list, not one read per variant
 

@@ -18,7 +18,6 @@ from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PRO
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
 from variant_autoscaler.api.v1alpha1 import ACCELERATOR_LABEL, VariantAutoscaling
 from variant_autoscaler.core.queueing import ServiceParms
-from variant_autoscaler.engine.ahead import HISTORY_QUERIES
 from variant_autoscaler.engine.annotated_state import model_key
 from variant_autoscaler.settings import Settings
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, deployment, load_yaml
@@ -246,7 +245,7 @@ async def test_learning_off_queries_nothing_and_writes_no_learned_profile() -> N
     h.add_va()
     _serve(h, VA, 0)
     report = await h.engine.run_cycle()
-    assert report.promql_queries == 12 + HISTORY_QUERIES  # the load and per-pod queries only
+    assert report.promql_queries == 12  # the load and per-pod queries only
     assert "learnedProfile" not in h.status()
 
 
@@ -258,7 +257,7 @@ async def test_the_profile_queries_are_counted_and_fixed_whatever_the_number_of_
     _serve(h, "v0", 0)
     before = h.prom.queries
     report = await h.engine.run_cycle()
-    assert report.promql_queries == h.prom.queries - before == 12 + PROFILE_QUERIES + HISTORY_QUERIES
+    assert report.promql_queries == h.prom.queries - before == 12 + PROFILE_QUERIES
     # A cycle triggered early (a change) learns nothing: its window would overlap the last one's.
     h.advance(5.0)
     before = h.prom.queries

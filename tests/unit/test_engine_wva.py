@@ -14,7 +14,6 @@ import pytest
 from variant_autoscaler.adapters.inventory import node_gpus
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE
-from variant_autoscaler.engine.ahead import HISTORY_QUERIES
 from variant_autoscaler.settings import Settings
 from vatesting.fakes import NS, OPERATOR_NS, VA, Harness, deployment, load_yaml
 
@@ -437,8 +436,7 @@ async def test_a_namespaces_own_scale_to_zero_configmap_applies_to_its_models() 
     h.prom.set_requests(MODEL, NS, 0.0)
     before = h.prom.queries
     await h.engine.run_cycle()  # scale to zero is off globally: no idle query, stays at 1
-    # (and the one range query of a model new to the operator: its forecast's history)
-    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + HISTORY_QUERIES
+    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
     assert h.replicas("vllme-l4") == 1
     zero = {"default": "enable_scale_to_zero: true\nretention_period: 5m"}
     h.kube.put(_local("wva-model-scale-to-zero-config", NS, zero))
@@ -664,12 +662,8 @@ async def test_an_idle_variant_goes_to_zero_and_missing_counters_never_do() -> N
     _busy(h, "vllme-l4", 1, kv=0.0)
     before = h.prom.queries
     report = await h.engine.run_cycle()  # no idle series: unknown, not idle
-    # One idle query beside the fixed sets (and the new model's forecast history, once).
-    assert (
-        report.promql_queries
-        == h.prom.queries - before
-        == QUERIES_PER_CYCLE + PROFILE_QUERIES + 1 + HISTORY_QUERIES
-    )
+    # One idle query beside the fixed sets.
+    assert report.promql_queries == h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + 1
     assert h.replicas("vllme-l4") == 1
     h.prom.set_requests(MODEL, NS, 0.0)
     await h.engine.run_cycle()
@@ -747,20 +741,13 @@ async def test_every_generation_of_sample_reaches_a_decision_with_a_fixed_query_
     before = h.prom.queries
     report = await h.engine.run_cycle()
     assert report.variants == 15
-    # One range query for the one model's forecast history, in its first cycle only.
-    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES + HISTORY_QUERIES
-    assert len(h.prom.range_queries) == 1
+    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
     # One LIST of the operator namespace's ConfigMaps, and two GETs (its own saturation and scale-to-zero
     # ConfigMaps) for the one namespace holding the 15 variants.
     assert h.engine.cycles_completed == 1
     assert h.kube.writes("GET", f"/namespaces/{h.settings.operator_namespace}/configmaps") == 1
     assert h.kube.writes("GET", f"/namespaces/{NS}/configmaps/") == 2
     assert h.kube.writes("GET", "/configmaps") == 3
-    # The next cycle: the fixed sets only (the history is read once per model).
-    h.advance(60.0)
-    before = h.prom.queries
-    await h.engine.run_cycle()
-    assert h.prom.queries - before == QUERIES_PER_CYCLE + PROFILE_QUERIES
 
 
 async def test_an_annotated_object_exporting_under_a_vas_name_is_refused_not_duplicated() -> None:

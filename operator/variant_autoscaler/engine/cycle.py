@@ -412,12 +412,13 @@ class Engine:
             await self._refuse(obj, message, started_wall)
         everything = [*contexts, *annotated]
         cycle = await self.configs.read_local(cycle, {c.key[0] for c in everything})
+        tail = states_shares(cycle)  # some class states attainment: its variants are planned ahead
 
         # 3. Scale targets and the metrics (fixed query sets for everything: the model's load, the
         # profile learning's pod windows): independent reads, made at the same time.
         _, (snapshot, metrics_error), (windows, _) = await asyncio.gather(
             self._read_targets(everything),
-            self._collect(cfg, started_wall, self._retentions(everything, cycle), tail=states_shares(cycle)),
+            self._collect(cfg, started_wall, self._retentions(everything, cycle), tail=tail),
             self.learning.collect(
                 lambda: self._collector_for(cfg.prometheus), started_wall.timestamp(), cfg.interval_seconds
             ),
@@ -431,9 +432,10 @@ class Engine:
         self.learning.apply(everything, windows, started_wall, cycle.queueing)
         stored = self.annotated_state.forecast
         client = self._collector.client if self._collector is not None else None
-        await self.forecasts.backfill(
-            everything, snapshot, client=client, cfg=cfg, now=started_wall, stored=stored
-        )
+        if tail:  # (mean classes are never planned for the forecast: no history to read for them)
+            await self.forecasts.backfill(
+                everything, snapshot, client=client, cfg=cfg, now=started_wall, stored=stored
+            )
         ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall, stored)
         queries = 0 if client is None else client.queries_issued - queries_before
         self.exporter.promql_queries.inc(queries)
