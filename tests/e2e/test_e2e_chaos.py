@@ -140,8 +140,15 @@ def test_scenario_13_chaos_operator_prometheus_and_api_server(
         during = any(began <= t <= ended + 4.0 for began, ended in outages)
         return during or cond.get("status") == "False" or cond.get("reason") == "MetricsRecovering"
 
-    for (_, (d0, r0, _)), (t1, (d1, r1, va1)) in itertools.pairwise(samples):
-        if without_metrics(t1, va1):
+    for i, ((_, (d0, r0, _)), (t1, (d1, r1, va1))) in enumerate(itertools.pairwise(samples)):
+        judged = va1
+        if r1 < r0 and d1 != r1:
+            # The operator patches the scale, then writes the status of the same cycle: a sample can
+            # catch the new replicas beside the previous cycle's status (its decision, its metrics
+            # condition). Judge the scale-down by the status written with it: the first later one whose
+            # decision is the new count (Prometheus' outages are still judged at the patch's time).
+            judged = next((va for _, (d, _, va) in samples[i + 2 :] if d == r1), va1)
+        if without_metrics(t1, judged):
             assert (d1 is None or d0 is None or d1 >= d0) and r1 >= r0, (
                 f"scaled down without metrics at {t1:.0f} (outages {outages}): decision {d0} -> {d1}, "
                 f"replicas {r0} -> {r1}; faults {faults}"
