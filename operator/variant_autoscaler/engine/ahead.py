@@ -126,6 +126,20 @@ class ForecastBook:
                 found[key] = _Entry(state, _time(raw.get("updated")))
         self._entries.update(found)
 
+    def resume(
+        self,
+        contexts: Sequence[VariantContext],
+        snapshot: MetricsSnapshot | None,
+        cfg: MainConfig,
+        stored: Callable[[VariantContext], Mapping[str, Any] | None] = lambda _: None,
+    ) -> None:
+        """Take up the state a previous process left for the models of ``contexts``, once a cycle before
+        :meth:`backfill` and :meth:`forecast`: in the VAs' ``status.forecast``, and for an annotated
+        object (which has no status) the ``forecast`` section ``stored`` gives (its ConfigMap entry).
+        Nothing with the forecast off or without metrics this cycle."""
+        if cfg.forecast_quantile > 0 and snapshot is not None:
+            self.restore(_previous(contexts, stored))
+
     async def backfill(
         self,
         contexts: Sequence[VariantContext],
@@ -134,7 +148,6 @@ class ForecastBook:
         client: PrometheusClient | None,
         cfg: MainConfig,
         now: datetime,
-        stored: Callable[[VariantContext], Mapping[str, Any] | None] = lambda _: None,
     ) -> dict[ModelKey, int]:
         """Warm the forecasters this cycle would start afresh from their models' past: for the models of
         ``contexts`` with metrics now and no state to resume (neither known here nor left by a previous
@@ -144,12 +157,9 @@ class ForecastBook:
         forecaster's step, up to one step ago; each learns the run of intervals that ends there. Once
         per model and process: after a failed query, or for a model without history, a new one starts
         afresh and a stale one goes on from its state. Returns how many intervals each model learnt."""
-        if cfg.forecast_quantile <= 0 or cfg.forecast_history_seconds <= 0 or snapshot is None:
-            return {}
         fcfg = _forecast_config(cfg)
-        if fcfg is None or client is None:
+        if fcfg is None or cfg.forecast_history_seconds <= 0 or snapshot is None or client is None:
             return {}
-        self.restore(_previous(contexts, stored))
         step = _step_seconds(cfg)
         stale_before = now.timestamp() - (fcfg.steps + 1) * step
         new = [
@@ -236,16 +246,13 @@ class ForecastBook:
         snapshot: MetricsSnapshot | None,
         cfg: MainConfig,
         now: datetime,
-        stored: Callable[[VariantContext], Mapping[str, Any] | None] = lambda _: None,
     ) -> dict[ModelKey, float]:
         """One cycle: each model's rate to plan for (req/min: the forecast's upper quantile, held up to its
         scale-down quantile) by (model, namespace), learning this cycle's arrivals (or demand), for the
-        models of the VAs and of the annotated HPAs and ScaledObjects in ``contexts``; the state a
-        previous process left is taken up first: in the VAs' ``status.forecast``, and for an annotated
-        object (which has no status) the ``forecast`` section ``stored`` gives (its ConfigMap entry)."""
+        models of the VAs and of the annotated HPAs and ScaledObjects in ``contexts`` (after
+        :meth:`resume` took up what a previous process left)."""
         if cfg.forecast_quantile <= 0 or snapshot is None:
             return {}
-        self.restore(_previous(contexts, stored))
         out: dict[ModelKey, float] = {}
         models = _models(contexts)
         for gone in set(self._entries) - models:  # no variant left (it comes back with its stored state)

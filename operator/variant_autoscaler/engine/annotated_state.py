@@ -66,23 +66,21 @@ class AnnotatedState:
         if self._entries is None and listed is not None and any(c.annotated is not None for c in contexts):
             self._entries = self.store.load(listed.get(self.store.name))
 
-    def section(self, ctx: VariantContext, name: str) -> Mapping[str, Any] | None:
-        """The stored ``name`` section for an annotated object: its own (``learnedProfile``), or its
-        model's (``forecast``). None: none stored, or not loaded."""
-        if ctx.annotated is None or self._entries is None:
+    def learned_profile(self, ctx: VariantContext) -> Mapping[str, Any] | None:
+        """The stored learned profile of an annotated object (None: none stored, or not loaded)."""
+        if ctx.annotated is None:
             return None
-        if name == FORECAST:
-            if not ctx.model_id:
-                return None
-            key = model_key(ctx.model_id, ctx.key[0])
-        else:
-            key = key_of(ctx)
-        value = (self._entries.get(key) or {}).get(name)
-        return value if isinstance(value, Mapping) else None
+        return self._section(key_of(ctx), LEARNED_PROFILE)
 
     def forecast(self, ctx: VariantContext) -> Mapping[str, Any] | None:
         """The stored forecast of an annotated object's model (None: none stored, or not loaded)."""
-        return self.section(ctx, FORECAST)
+        if ctx.annotated is None or not ctx.model_id:
+            return None
+        return self._section(model_key(ctx.model_id, ctx.key[0]), FORECAST)
+
+    def _section(self, key: str, name: str) -> Mapping[str, Any] | None:
+        value = ((self._entries or {}).get(key) or {}).get(name)
+        return value if isinstance(value, Mapping) else None
 
     async def persist(
         self,

@@ -430,13 +430,11 @@ class Engine:
         assign_pods(everything, snapshot)
         self.annotated_state.load(everything, cycle.listed)
         self.learning.apply(everything, windows, started_wall, cycle.queueing)
-        stored = self.annotated_state.forecast
+        self.forecasts.resume(everything, snapshot, cfg, self.annotated_state.forecast)
         client = self._collector.client if self._collector is not None else None
         if tail:  # (mean classes are never planned for the forecast: no history to read for them)
-            await self.forecasts.backfill(
-                everything, snapshot, client=client, cfg=cfg, now=started_wall, stored=stored
-            )
-        ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall, stored)
+            await self.forecasts.backfill(everything, snapshot, client=client, cfg=cfg, now=started_wall)
+        ahead = self.forecasts.forecast(everything, snapshot, cfg, started_wall)
         queries = 0 if client is None else client.queries_issued - queries_before
         self.exporter.promql_queries.inc(queries)
         self.exporter.promql_queries_last_cycle.set(queries)

@@ -116,7 +116,7 @@ class ProfileLearner:
             stored = self._memory.get(key)
             if stored is None:
                 stored = (
-                    ctx.previous.get(SECTION) if ctx.va is not None else self.annotated.section(ctx, SECTION)
+                    ctx.previous.get(SECTION) if ctx.va is not None else self.annotated.learned_profile(ctx)
                 )
             result = learn(
                 LearningInputs(
