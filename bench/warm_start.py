@@ -29,10 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from policies import SCARCE, SCENARIOS, _load
-from variant_autoscaler.sim.cluster import RunResult, scenario_arrivals
+from policies import SCARCE, SCENARIOS, _judged, _load
+from variant_autoscaler.sim.cluster import scenario_arrivals
 from variant_autoscaler.sim.optimizing import ours_policy
-from variant_autoscaler.sim.report import summarize
+from variant_autoscaler.sim.report import build_report
 from variant_autoscaler.sim.runner import PolicyOptions, checked_oracle
 from variant_autoscaler.sim.simulator import simulate
 from variant_autoscaler.sim.traffic import Arrivals
@@ -47,14 +47,6 @@ HISTORY_MIN: dict[str, int] = {
     "azure-conv": 20,
     "azure-conv-x4": 20,
 }
-
-
-def _attainment(summary: dict[str, Any], scarce: bool) -> float:
-    """The share within SLO a target judges: of all requests, in a scarce scenario of the first class."""
-    if not scarce:
-        return float(summary["attainment"])
-    first = min(summary["per_model"].values(), key=lambda m: m["priority"])
-    return float(first["attainment"])
 
 
 def _one(name: str) -> dict[str, Any] | None:
@@ -72,24 +64,23 @@ def _one(name: str) -> dict[str, Any] | None:
         counts, _ = np.histogram(arr.times[~keep], bins=np.arange(0.0, history_s + 1.0, 60.0))
         history[model] = [float(c) / 60.0 for c in counts]
     started = time.process_time()
-    scarce = name in SCARCE
-    oracle = checked_oracle(rest, later, PolicyOptions(oracle_first_priority=scarce))
-    runs: dict[str, RunResult] = {
-        "afresh": simulate(rest, ours_policy(rest), arrivals=later),
-        "warmed": simulate(rest, ours_policy(rest, forecast_history=history), arrivals=later),
-    }
-    base = float(sum(oracle.cost.values()))
+    report = build_report(
+        [
+            checked_oracle(rest, later, PolicyOptions(oracle_first_priority=name in SCARCE)),
+            simulate(rest, ours_policy(rest, name="afresh"), arrivals=later),
+            simulate(rest, ours_policy(rest, name="warmed", forecast_history=history), arrivals=later),
+        ],
+        with_timeseries=False,
+    )
     row: dict[str, Any] = {
         "name": name,
         "history_min": HISTORY_MIN[name],
         "rest_min": rest.duration_s / 60.0,
         "requests": int(sum(len(a) for a in later.values())),
-        "oracle": (base, _attainment(summarize(oracle), scarce)),
-        "cpu_s": 0.0,
+        "cpu_s": time.process_time() - started,
     }
-    for arm, result in runs.items():
-        row[arm] = (float(sum(result.cost.values())), _attainment(summarize(result), scarce))
-    row["cpu_s"] = time.process_time() - started
+    for arm in ("oracle", "afresh", "warmed"):
+        row[arm] = (float(report["policies"][arm]["cost"]), _judged(report, name, arm))
     return row
 
 
