@@ -4,6 +4,8 @@ operator, starting replicas counted as supply, and the burst guard with its one 
 
 from __future__ import annotations
 
+import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from variant_autoscaler.adapters.guard_signals import build_guard_query, read_guard_signals
 from variant_autoscaler.adapters.profile_metrics import QUERIES_PER_CYCLE as PROFILE_QUERIES
 from variant_autoscaler.adapters.prometheus import QUERIES_PER_CYCLE, Sample
+from variant_autoscaler.api.config import parse_main_config
 from variant_autoscaler.api.v1alpha1 import VariantAutoscaling
 from variant_autoscaler.engine.ahead import HISTORY_QUERIES, ForecastBook
 from variant_autoscaler.planner import PlanOutcome, PlanRequest, VariantPlan
@@ -164,6 +167,24 @@ def test_a_broken_state_in_the_status_is_left_and_the_newest_wins() -> None:
     )
     status = book.status(key)
     assert status is not None and status["step"] == 5 and book.status(("other", "ns")) is None
+
+
+def test_a_level_shift_is_logged_and_kept_in_the_status(caplog: pytest.LogCaptureFixture) -> None:
+    """Past the warm-up, a step in the rate is a level shift: the operator logs it and status.forecast
+    says at which step (it survives a restart with the rest of the state)."""
+    book, key, cfg = ForecastBook(), ("m", "ns"), parse_main_config({})
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    for k in range(40):
+        book.update(key, 5.0 + 0.05 * (k % 3), start + timedelta(minutes=k), cfg)
+    assert "shifted" not in (book.status(key) or {})
+    with caplog.at_level(logging.INFO, logger="variant_autoscaler.engine.ahead"):
+        book.update(key, 20.0, start + timedelta(minutes=40), cfg)
+    status = book.status(key)
+    assert status is not None and status["shifted"] == status["step"] == 41
+    assert "level shift to 1200 req/min" in caplog.text
+    again = ForecastBook()
+    again.restore([(key, {"forecast": status})])
+    assert (again.status(key) or {})["shifted"] == 41
 
 
 async def test_a_model_without_variants_leaves_the_book() -> None:

@@ -38,6 +38,9 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           scale-down window in patch mode is ``1m``, not ``5m``
 ``FORECAST_TREND_DAMPING``                the forecast's trend damping in (0, 1] (default ``1``:
                                           Holt's linear trend; ``0.9`` forecasts less past a step)
+``FORECAST_LEVEL_SHIFT``                  a rise beyond this many robust standard deviations of the
+                                          forecast's errors is a new level, not a climb (default
+                                          ``4``; ``0``: off)
 ``FORECAST_HISTORY``                      how far back a new forecaster (a model seen for the first
                                           time, with no state to resume) learns the model's rate from
                                           Prometheus, one range query (default ``4h``; ``0``: none)
@@ -75,7 +78,12 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 from variant_autoscaler.api.v1alpha1 import ACTUATION_MODES, ActuationMode
-from variant_autoscaler.core.forecast import DEFAULT_DOWN_QUANTILE, DEFAULT_QUANTILE, ForecastConfig
+from variant_autoscaler.core.forecast import (
+    DEFAULT_DOWN_QUANTILE,
+    DEFAULT_QUANTILE,
+    DEFAULT_SHIFT_SIGMAS,
+    ForecastConfig,
+)
 from variant_autoscaler.errors import ConfigError
 
 OptimizerMode = Literal["unlimited", "limited"]
@@ -125,6 +133,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "FORECAST_QUANTILE",
     "FORECAST_SCALE_DOWN_QUANTILE",
     "FORECAST_TREND_DAMPING",
+    "FORECAST_LEVEL_SHIFT",
     "FORECAST_HISTORY",
     "BURST_GUARD_INTERVAL",
     "ARRIVAL_COUNTER",
@@ -261,6 +270,8 @@ class MainConfig(BaseModel):
     forecast_quantile: float = DEFAULT_QUANTILE
     forecast_down_quantile: float | None = DEFAULT_DOWN_QUANTILE
     forecast_trend_damping: float = 1.0
+    # A rise beyond this many robust standard deviations of the forecast's errors is a level shift (0: off).
+    forecast_level_shift: float = DEFAULT_SHIFT_SIGMAS
     # How far back a new forecaster learns its model's past rate from Prometheus (0: it starts afresh).
     forecast_history_seconds: float = 4 * 3600.0
     guard_interval_seconds: float = 15.0
@@ -279,8 +290,8 @@ class MainConfig(BaseModel):
     ) -> ForecastConfig:
         """The demand forecast these settings ask for, learning every ``interval_s`` over ``horizon_s``:
         the scale-up quantile ``quantile`` (else ``forecast_quantile``, else the default) and the
-        scale-down quantile, never below it (None: no hysteresis), and the trend's damping. The operator
-        and the simulator both forecast with it."""
+        scale-down quantile, never below it (None: no hysteresis), the trend's damping and the
+        level-shift threshold. The operator and the simulator both forecast with it."""
         up = quantile or self.forecast_quantile or DEFAULT_QUANTILE
         down = self.forecast_down_quantile
         return ForecastConfig(
@@ -289,6 +300,7 @@ class MainConfig(BaseModel):
             quantile=up,
             down_quantile=None if down is None else max(down, up),
             damping=self.forecast_trend_damping,
+            shift_sigmas=self.forecast_level_shift,
         )
 
     @property
@@ -407,6 +419,11 @@ def parse_main_config(
         raise ConfigError(
             f"FORECAST_TREND_DAMPING={damping_raw!r} must be in (0, 1] (1: Holt's linear trend)"
         )
+    shift, shift_raw = _number(cm, "FORECAST_LEVEL_SHIFT", DEFAULT_SHIFT_SIGMAS)
+    if not 0.0 <= shift < math.inf:
+        raise ConfigError(
+            f"FORECAST_LEVEL_SHIFT={shift_raw!r} must be a number of standard deviations >= 0 (0: off)"
+        )
     chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
     if chunked_raw not in ("true", "false"):
         raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
@@ -435,6 +452,7 @@ def parse_main_config(
         forecast_quantile=forecast_quantile,
         forecast_down_quantile=down_quantile or None,
         forecast_trend_damping=damping,
+        forecast_level_shift=shift,
         forecast_history_seconds=_duration(cm, "FORECAST_HISTORY", 4 * 3600.0),
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
         arrival_counter=arrivals,

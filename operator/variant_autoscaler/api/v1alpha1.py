@@ -406,6 +406,7 @@ class ForecastStatus(_Model):
     recent: list[float] | None = Field(default=None, max_length=64)
     errors: list[float] | None = Field(default=None, max_length=240)
     held: float | None = None
+    shifted: int | None = Field(default=None, ge=0, le=2147483647)
     upper_rate: str | None = Field(default=None, alias="upperRate", max_length=32)
     point_rate: str | None = Field(default=None, alias="pointRate", max_length=32)
     planned_rate: str | None = Field(default=None, alias="plannedRate", max_length=32)

@@ -12,6 +12,13 @@ an upper quantile of the *largest* per-interval rate in that horizon:
   a horizon of minutes the level and trend follow a daily cycle (see ``bench/forecast.py``), and a
   seasonal term learnt beside a level this quick is not identifiable (it drifts while the level
   compensates).
+* **Level shifts**: an interval whose log rate rises above the one-step forecast by more than
+  ``shift_sigmas`` robust standard deviations of the forecaster's horizon errors (and by at least
+  ``min_shift``) is taken as a new level, not as a climb (a flash crowd, a launch, traffic moved over
+  from another cluster): the level jumps to it, the trend is not updated from it, and the horizon
+  forecasts made before it are dropped, so that neither Holt's trend nor the error history carries the
+  step on for the rest of the run. It needs ``min_history`` errors (past the warm-up); a fall is left to
+  Holt's level (scale-down stays conservative).
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
   ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
@@ -43,6 +50,7 @@ from variant_autoscaler.errors import ModelError
 __all__ = [
     "DEFAULT_DOWN_QUANTILE",
     "DEFAULT_QUANTILE",
+    "DEFAULT_SHIFT_SIGMAS",
     "Forecast",
     "ForecastConfig",
     "ForecastState",
@@ -61,6 +69,10 @@ DEFAULT_QUANTILE = 0.5
 #: planned rate falls only below this quantile of the forecast. (A bare :class:`ForecastConfig` has no
 #: hysteresis.)
 DEFAULT_DOWN_QUANTILE = 0.9
+#: A rise of the log rate beyond this many robust standard deviations of the horizon errors above the
+#: one-step forecast is a level shift (``FORECAST_LEVEL_SHIFT``; measured: docs/tail-slo.md, "Level
+#: shifts").
+DEFAULT_SHIFT_SIGMAS = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +88,8 @@ class ForecastConfig:
     docs/tail-slo.md, "A damped trend"). ``history`` errors are kept for the quantiles; below
     ``min_history`` the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %; docs/tail-
     slo.md, "The forecaster's warm-up"). ``floor`` (req/s) is added before taking logs so that an idle
-    model has a finite log rate.
+    model has a finite log rate. ``shift_sigmas`` (0: off) and ``min_shift`` (log rate: 0.2 is +22 %)
+    say when a rise is a level shift (the module doc; ``FORECAST_LEVEL_SHIFT``).
     """
 
     interval_s: float = 60.0
@@ -90,6 +103,8 @@ class ForecastConfig:
     min_history: int = 20
     default_margin: float = 0.3
     floor: float = 0.05
+    shift_sigmas: float = DEFAULT_SHIFT_SIGMAS
+    min_shift: float = 0.2
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0 or not self.horizon_s > 0:
@@ -110,6 +125,8 @@ class ForecastConfig:
             raise ModelError("the forecast's history and min_history must be >= 1")
         if not self.floor > 0 or self.default_margin < 0:
             raise ModelError("the forecast's floor must be > 0 and its default margin >= 0")
+        if not (self.shift_sigmas >= 0 and math.isfinite(self.shift_sigmas)) or not self.min_shift >= 0:
+            raise ModelError("the forecast's level-shift threshold and minimum shift must be >= 0")
 
     @property
     def steps(self) -> int:
@@ -120,8 +137,9 @@ class ForecastConfig:
 @dataclass(frozen=True, slots=True)
 class ForecastState:
     """The forecaster's memory: Holt's level and trend (log req/s, per step), the step count, the horizon
-    forecasts still waiting for their outcome, the latest log rates, the last errors, and the log rate
-    the last update planned for (the hysteresis' memory). Small: a few hundred numbers at most."""
+    forecasts still waiting for their outcome, the latest log rates, the last errors, the log rate the
+    last update planned for (the hysteresis' memory) and the step of the last level shift (None: none).
+    Small: a few hundred numbers at most."""
 
     level: float | None = None
     trend: float = 0.0
@@ -130,6 +148,7 @@ class ForecastState:
     recent: tuple[float, ...] = ()  # the latest log rates, oldest first
     errors: tuple[float, ...] = ()  # realised − forecast, oldest first
     held: float | None = None  # the log rate planned for at the last update
+    shifted: int | None = None  # the step of the last level shift
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (floats rounded to 6 significant digits)."""
@@ -145,6 +164,7 @@ class ForecastState:
             "recent": r(self.recent),
             "errors": r(self.errors),
             **({} if self.held is None else {"held": float(f"{self.held:.6g}")}),
+            **({} if self.shifted is None else {"shifted": self.shifted}),
         }
 
     @classmethod
@@ -152,6 +172,7 @@ class ForecastState:
         try:
             level = data.get("level")
             held = data.get("held")
+            shifted = data.get("shifted")
             return cls(
                 level=None if level is None else float(level),
                 trend=float(data.get("trend", 0.0)),
@@ -160,6 +181,7 @@ class ForecastState:
                 recent=tuple(float(v) for v in data.get("recent", ())),
                 errors=tuple(float(v) for v in data.get("errors", ())),
                 held=None if held is None else float(held),
+                shifted=None if shifted is None else int(shifted),
             )
         except (TypeError, ValueError, AttributeError) as exc:
             raise ModelError(f"not a forecast state: {exc}") from None
@@ -203,16 +225,34 @@ def update(state: ForecastState, rate: float, config: ForecastConfig) -> Forecas
     if len(pending) == h and len(recent) == h:
         errors = (*errors, max(recent) - pending[0])[-config.history :]
         pending = pending[1:]
-    if state.level is None:
+    if state.level is not None and _is_shift(state, y, config):
+        # A new level: taken as it is, the trend as it was, and no horizon forecast made before it (or
+        # error of one) kept: the step is neither a climb to project nor an error to plan for again.
+        fresh = ForecastState(y, config.damping * state.trend, step, (), (y,), state.errors, state.held, step)
+        fresh = replace(fresh, pending=(_horizon_point(config, fresh),))
+    elif state.level is None:
         fresh = ForecastState(y, 0.0, step, (), recent, errors)
         fresh = replace(fresh, pending=(_horizon_point(config, fresh),))
     else:
         damped = config.damping * state.trend
         level = config.alpha * y + (1.0 - config.alpha) * (state.level + damped)
         trend = config.beta * (level - state.level) + (1.0 - config.beta) * damped
-        fresh = ForecastState(level, trend, step, pending, recent, errors, state.held)
+        fresh = ForecastState(level, trend, step, pending, recent, errors, state.held, state.shifted)
         fresh = replace(fresh, pending=(*pending, _horizon_point(config, fresh))[-h:])
     return replace(fresh, held=_levels(fresh, config)[2])
+
+
+def _is_shift(state: ForecastState, y: float, config: ForecastConfig) -> bool:
+    """Whether the log rate ``y`` is a level shift up from ``state`` (the module doc): above the one-step
+    forecast by more than ``shift_sigmas`` robust standard deviations of the horizon errors (1.4826 ×
+    their median absolute deviation) and by at least ``min_shift``."""
+    if config.shift_sigmas <= 0 or len(state.errors) < config.min_history:
+        return False
+    assert state.level is not None
+    errors = np.array(state.errors)
+    spread = 1.4826 * float(np.median(np.abs(errors - np.median(errors))))
+    rise = y - (state.level + config.damping * state.trend)
+    return rise > max(config.shift_sigmas * spread, config.min_shift)
 
 
 def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> float:

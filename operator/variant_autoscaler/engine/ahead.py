@@ -215,8 +215,18 @@ class ForecastBook:
         entry = self._entries.setdefault(key, _Entry(ForecastState(), None))
         due = entry.updated is None or (now - entry.updated).total_seconds() >= 0.9 * _step_seconds(cfg)
         if due and math.isfinite(rate) and rate >= 0:
+            before, expected = entry.state.shifted, entry.found
             entry.state = update(entry.state, rate, fcfg)
             entry.updated = now
+            if entry.state.shifted is not None and entry.state.shifted != before:
+                logger.info(
+                    "forecast of %s in %s: a level shift to %.4g req/min (forecast: %s): taken as the "
+                    "new level, not as a climb (status.forecast.shifted: step %d)",
+                    *key,
+                    60.0 * rate,
+                    "none" if expected is None else f"{60.0 * expected.point:.4g} req/min",
+                    entry.state.shifted,
+                )
         entry.found = forecast(entry.state, fcfg)
         return entry.found
 

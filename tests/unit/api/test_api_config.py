@@ -148,6 +148,17 @@ def test_the_forecasts_trend_damping_is_holts_by_default_and_reaches_the_forecas
             parse_main_config({"FORECAST_TREND_DAMPING": bad})
 
 
+def test_the_forecasts_level_shift_is_four_deviations_by_default_zero_is_off() -> None:
+    assert parse_main_config({}).forecast_config(interval_s=60.0, horizon_s=240.0).shift_sigmas == 4.0
+    for raw, sigmas in (("6", 6.0), ("0", 0.0), (" 2.5 ", 2.5)):
+        cfg = parse_main_config({"FORECAST_LEVEL_SHIFT": raw})
+        assert cfg.forecast_level_shift == sigmas
+        assert cfg.forecast_config(interval_s=60.0, horizon_s=240.0).shift_sigmas == sigmas
+    for bad in ("-1", "inf", "nan", "many"):
+        with pytest.raises(ConfigError, match="FORECAST_LEVEL_SHIFT"):
+            parse_main_config({"FORECAST_LEVEL_SHIFT": bad})
+
+
 def test_the_forecasts_history_is_four_hours_by_default_and_zero_turns_it_off() -> None:
     assert parse_main_config({}).forecast_history_seconds == 4 * 3600.0
     assert parse_main_config({"FORECAST_HISTORY": "90m"}).forecast_history_seconds == 5400.0

@@ -68,6 +68,55 @@ def test_a_step_is_not_carried_on_as_a_climb() -> None:
     assert damped[-1] == pytest.approx(40.0, rel=0.02)
 
 
+def _steps(rates: list[float], config: ForecastConfig) -> tuple[ForecastState, list[float]]:
+    """The state at the end and the point forecast of the horizon's peak after each rate."""
+    state, out = ForecastState(), []
+    for r in rates:
+        state = update(state, r, config)
+        out.append(forecast(state, config).point)
+    return state, out
+
+
+def test_a_step_past_the_warm_up_is_a_new_level_not_a_climb() -> None:
+    """Past the warm-up, a rise far beyond the forecaster's usual errors (a flash crowd) is taken as a
+    new level: the forecast settles on it instead of carrying Holt's trend past it, and the step is not
+    kept among the errors the quantiles are read from. Switched off (0), Holt's trend overshoots."""
+    before, after = 60, 30
+    rates = _noisy([10.0] * before + [40.0] * after, seed=7)
+    shifted, points = _steps(rates, ForecastConfig())
+    holt, holt_points = _steps(rates, ForecastConfig(shift_sigmas=0.0))
+    assert shifted.shifted == before + 1 and holt.shifted is None
+    assert max(points[before:]) < 1.1 * 40.0 < 1.35 * 40.0 < max(holt_points[before:])
+    # The step (a log-rate error of about log 4 = 1.4) is in Holt's errors, not in the shifted ones.
+    assert max(holt.errors) > 1.0 and max(shifted.errors) < 0.3
+    config = ForecastConfig(quantile=0.95)
+    assert forecast(_steps(rates, config)[0], config).upper < 1.25 * 40.0
+    holt_config = ForecastConfig(quantile=0.95, shift_sigmas=0.0)
+    assert forecast(_steps(rates, holt_config)[0], holt_config).upper > 1.5 * 40.0
+
+
+def test_no_level_shift_in_noise_a_daily_cycle_a_fall_or_the_warm_up() -> None:
+    t = np.arange(1500)
+    cases = {
+        "poisson noise": [20.0] * 1500,
+        "a daily cycle": (20.0 + 10.0 * np.sin(2 * np.pi * t / 240.0)).tolist(),
+        "a fall to a quarter": [40.0] * 60 + [10.0] * 60,
+    }
+    for name, mean in cases.items():
+        state, _ = _steps(_noisy(mean, seed=11), ForecastConfig())
+        assert state.shifted is None, name
+    # A step before 20 horizons' errors are known: the forecaster cannot tell it from its noise yet.
+    state, _ = _steps([10.0] * 15 + [40.0] * 10, ForecastConfig())
+    assert state.shifted is None
+
+
+def test_the_last_level_shift_survives_a_restart() -> None:
+    state, _ = _steps(_noisy([10.0] * 60 + [40.0] * 5), ForecastConfig())
+    data = json.loads(json.dumps(state.to_json()))
+    assert data["shifted"] == 61 and ForecastState.from_json(data).shifted == 61
+    assert "shifted" not in ForecastState().to_json()
+
+
 def test_the_upper_quantile_covers_the_horizon_peak_about_as_often_as_asked() -> None:
     rng = np.random.default_rng(5)
     t = np.arange(2000)
@@ -105,6 +154,9 @@ def test_bad_inputs() -> None:
         {"default_margin": -0.1},
         {"damping": 0.0},
         {"damping": 1.1},
+        {"shift_sigmas": -1.0},
+        {"shift_sigmas": math.inf},
+        {"min_shift": -0.1},
     ):
         with pytest.raises(ModelError):
             ForecastConfig(**bad)  # type: ignore[arg-type]
