@@ -187,6 +187,24 @@ def test_a_level_shift_is_logged_and_kept_in_the_status(caplog: pytest.LogCaptur
     assert (again.status(key) or {})["shifted"] == 41
 
 
+async def test_a_level_shift_is_an_event_on_the_variant() -> None:
+    h = _harness()
+    for k in range(30):  # past the forecast's warm-up
+        h.load(600.0 + 10.0 * (k % 3))
+        await h.engine.run_cycle()
+        h.advance(60)
+    assert not [e for e in h.kube.events() if e["reason"] == "DemandLevelShift"]
+    h.load(3000.0)
+    await h.engine.run_cycle()
+    await h.engine.run_cycle()  # a second cycle in the same interval: the same Event, not another
+    shifts = [e for e in h.kube.events() if e["reason"] == "DemandLevelShift"]
+    assert len(shifts) == 1 and "level shift to 3000 req/min" in shifts[0]["message"], shifts
+    assert h.status()["forecast"]["shifted"] == h.status()["forecast"]["step"]
+    h.advance(60)
+    await h.engine.run_cycle()
+    assert len([e for e in h.kube.events() if e["reason"] == "DemandLevelShift"]) == 1
+
+
 async def test_a_model_without_variants_leaves_the_book() -> None:
     h = _harness()
     h.load(600.0)

@@ -45,7 +45,7 @@ from variant_autoscaler.adapters.prometheus import (
     history_query,
 )
 from variant_autoscaler.api.config import MainConfig
-from variant_autoscaler.core.decision import DecisionInputs
+from variant_autoscaler.core.decision import DecisionInputs, EventSpec
 from variant_autoscaler.core.demand import forecast_input
 from variant_autoscaler.core.forecast import (
     Forecast,
@@ -98,6 +98,7 @@ class _Entry:
     state: ForecastState
     updated: datetime | None  # when it last learnt a rate
     found: Forecast | None = None
+    shift: EventSpec | None = None  # the Event of the last level shift
 
 
 class ForecastBook:
@@ -219,16 +220,23 @@ class ForecastBook:
             entry.state = update(entry.state, rate, fcfg)
             entry.updated = now
             if entry.state.shifted is not None and entry.state.shifted != before:
-                logger.info(
-                    "forecast of %s in %s: a level shift to %.4g req/min (forecast: %s): taken as the "
-                    "new level, not as a climb (status.forecast.shifted: step %d)",
-                    *key,
-                    60.0 * rate,
-                    "none" if expected is None else f"{60.0 * expected.point:.4g} req/min",
-                    entry.state.shifted,
+                was = "none" if expected is None else f"{60.0 * expected.point:.4g} req/min"
+                message = (
+                    f"demand forecast of {key[0]}: a level shift to {60.0 * rate:.4g} req/min (the "
+                    f"forecast was {was}), planned for as the new level, not as a climb "
+                    f"(status.forecast.shifted: step {entry.state.shifted})"
                 )
+                entry.shift = EventSpec("DemandLevelShift", message, "Normal", f"shift|{entry.state.shifted}")
+                logger.info("%s in %s", message, key[1])
         entry.found = forecast(entry.state, fcfg)
         return entry.found
+
+    def shift_event(self, key: ModelKey) -> EventSpec | None:
+        """The Event for the variants of that model when its latest interval was a level shift."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state.shifted is None or entry.state.shifted != entry.state.step:
+            return None
+        return entry.shift
 
     def holds(self, key: ModelKey) -> bool:
         """Whether the model's forecast holds its plans (the hysteresis between the scale-up and

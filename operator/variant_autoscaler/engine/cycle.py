@@ -55,7 +55,7 @@ from variant_autoscaler.adapters.prometheus import Collector, MetricsSnapshot, P
 from variant_autoscaler.api.config import MainConfig, PrometheusConfig
 from variant_autoscaler.api.v1alpha1 import labels_select_instance
 from variant_autoscaler.controller.events import EventRecorder
-from variant_autoscaler.core.decision import decide, report, report_invalid
+from variant_autoscaler.core.decision import EventSpec, decide, report, report_invalid
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.workload import Workload
 from variant_autoscaler.engine.actuate import Actuator
@@ -809,7 +809,7 @@ class Engine:
         decision = decide(inputs)
         result = None if decision.settled is not None else await self.actuator.actuate(ctx, decision)
         rep = report(decision, result)
-        await self.actuator.post_all(ctx, rep.events, now)
+        await self.actuator.post_all(ctx, (*rep.events, *self._forecast_events(ctx)), now)
         if ctx.learning is not None:
             await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
@@ -834,12 +834,17 @@ class Engine:
             return
         now = facts.now
         rep = report(decide(decision_inputs(ctx, facts)))
-        await self.actuator.post_all(ctx, rep.events, now)
+        await self.actuator.post_all(ctx, (*rep.events, *self._forecast_events(ctx)), now)
         if ctx.learning is not None:
             await self.actuator.post_all(ctx, ctx.learning.events, now)
         if rep.gauges is not None:
             self._gauges.append(rep.gauges)
         self.annotated.remember(ctx, rep.status)
+
+    def _forecast_events(self, ctx: VariantContext) -> tuple[EventSpec, ...]:
+        """A level shift in the variant's model's demand forecast, on each of its variants."""
+        event = self.forecasts.shift_event((ctx.model_id, ctx.key[0])) if ctx.model_id else None
+        return () if event is None else (event,)
 
     async def _refuse(self, obj: Mapping[str, Any], message: str, now: datetime) -> None:
         """A managed annotated object that cannot be planned: one Warning Event on it."""
