@@ -6,7 +6,9 @@ engine/ahead.py: one range query). Without it the forecaster spends its first tw
 fixed margin (+35 %) for every quantile, and the scale-down window of a new model stays at five minutes.
 
 Each of the policy benchmark's six scenarios is cut in two: its first ``HISTORY_MIN`` minutes are the
-history (what Prometheus recorded before the operator started), the rest is the run. ``ours`` runs the
+history (what Prometheus recorded before the operator started), the rest is the run
+(``sim.history.split_history``, as ``simulate --history`` cuts it; a node lost later is lost at the same
+moment of the traffic). ``ours`` runs the
 rest twice over the same requests, from the scenario's initial replicas: afresh, and with each model's
 forecaster warmed from the history's per-minute arrival rates (what the operator's range query of the
 arrival counter reads). The checked oracle of the same rest is the reference. The simulator warms the
@@ -18,24 +20,21 @@ Run: ``python bench/warm_start.py`` (this section only, to stdout) or
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from policies import SCARCE, SCENARIOS, _judged, _load
 from variant_autoscaler.sim.cluster import scenario_arrivals
+from variant_autoscaler.sim.history import split_history
 from variant_autoscaler.sim.optimizing import ours_policy
 from variant_autoscaler.sim.report import build_report
 from variant_autoscaler.sim.runner import PolicyOptions, checked_oracle
 from variant_autoscaler.sim.simulator import simulate
-from variant_autoscaler.sim.traffic import Arrivals
 
 #: Minutes of each scenario taken as history: before the crowd (flash-crowd, 60 min in) and the lost
 #: node (node-failure, 50 min in); an hour of the four-hour diurnal cycle; a third of the one-hour trace.
@@ -53,16 +52,8 @@ def _one(name: str) -> dict[str, Any] | None:
     scenario = _load(name)
     if scenario is None:
         return None
-    history_s = 60.0 * HISTORY_MIN[name]
-    arrivals = scenario_arrivals(scenario)
-    rest = dataclasses.replace(scenario, duration_s=scenario.duration_s - history_s)
-    later: dict[str, Arrivals] = {}
-    history: dict[str, list[float]] = {}
-    for model, arr in arrivals.items():
-        keep = arr.times >= history_s
-        later[model] = Arrivals(arr.times[keep] - history_s, arr.input_tokens[keep], arr.output_tokens[keep])
-        counts, _ = np.histogram(arr.times[~keep], bins=np.arange(0.0, history_s + 1.0, 60.0))
-        history[model] = [float(c) / 60.0 for c in counts]
+    split = split_history(scenario, scenario_arrivals(scenario), 60.0 * HISTORY_MIN[name])
+    rest, later, history = split.scenario, split.arrivals, split.history
     started = time.process_time()
     report = build_report(
         [

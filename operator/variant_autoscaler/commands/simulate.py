@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.sim.config import load_scenario, parse_duration
+from variant_autoscaler.sim.history import split_history
 from variant_autoscaler.sim.plots import plot_report
 from variant_autoscaler.sim.replica import max_model_len
 from variant_autoscaler.sim.report import build_report, write_report
@@ -65,6 +66,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--duration", help="override the scenario's duration (seconds, or e.g. 30m, 2h)")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument(
+        "--history",
+        help=(
+            "treat the traffic's first DURATION (e.g. 20m) as what Prometheus recorded before the "
+            "operator started: ours' forecasters learn its per-minute arrival rates first (as "
+            "FORECAST_HISTORY does), and every policy runs the rest from the initial replicas"
+        ),
+    )
     p.add_argument("-o", "--output", type=Path, help="write the JSON report here")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
     p.add_argument("--no-timeseries", action="store_true", help="leave the time series out of the report")
@@ -180,8 +189,29 @@ def run(args: argparse.Namespace) -> int:
     options = PolicyOptions(
         hpa_waiting_threshold=args.hpa_waiting_threshold, hpa_kv_threshold=args.hpa_kv_threshold
     )
-    results = run_policies(scenario, names, jobs=args.jobs, options=options)
+    arrivals, history_s = None, 0.0
+    if args.history is not None:
+        try:
+            wanted = parse_duration(args.history)
+        except ValueError as exc:
+            raise ConfigError(f"--history: {exc}") from None
+        try:
+            split = split_history(
+                scenario, scenario_arrivals(scenario), wanted, step_s=options.ours_interval_s
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"--history: {exc}") from None
+        scenario, arrivals, history_s = split.scenario, split.arrivals, split.history_s
+        options = replace(options, forecast_history=split.history)
+        print(
+            f"note: the first {_span(split.history_s)} of the traffic are history (ours' forecasters "
+            f"learn them); every policy runs the remaining {_span(scenario.duration_s)}",
+            file=sys.stderr,
+        )
+    results = run_policies(scenario, names, jobs=args.jobs, options=options, arrivals=arrivals)
     report = build_report(results, with_timeseries=not args.no_timeseries or args.plots is not None)
+    if history_s:
+        report["scenario"]["history_s"] = history_s  # the run starts after it (its times from 0)
     if args.plots is not None:
         for path in plot_report(report, args.plots):
             print(f"wrote {path}", file=sys.stderr)

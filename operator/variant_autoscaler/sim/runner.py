@@ -65,6 +65,9 @@ class PolicyOptions:
     # The checked oracle judges only the models of the highest-priority class (capacity-limited
     # scenarios, where the others cannot all be served); otherwise every model with an attainment target.
     oracle_first_priority: bool = False
+    # Per model, one arrival rate (req/s) per interval before the run, oldest first: ours' forecasters
+    # learn it first, as the operator's do from Prometheus (``FORECAST_HISTORY``; sim/history.py).
+    forecast_history: Mapping[str, Sequence[float]] = field(default_factory=dict)
     extra: Mapping[str, Callable[[Scenario, Mapping[str, Arrivals]], Policy]] = field(default_factory=dict)
 
 
@@ -94,14 +97,21 @@ def make_policy(
         return wva_policy(scenario, name=name)
     if name in ("wva-saturation-v1", "wva-saturation-v2"):
         return SaturationPolicy(scenario, version="v1" if name.endswith("v1") else "v2", name=name)
+    history = opts.forecast_history or None
     if name == "ours":
-        return ours_policy(scenario, interval_s=opts.ours_interval_s)
+        return ours_policy(scenario, interval_s=opts.ours_interval_s, forecast_history=history)
     if (scale := _experiment_scale(name)) is not None:
-        return ours_policy(scenario, interval_s=opts.ours_interval_s, slo_scale=scale, name=name)
+        return ours_policy(
+            scenario, interval_s=opts.ours_interval_s, slo_scale=scale, name=name, forecast_history=history
+        )
     if name == "ours+trend":
         startup = max(m.startup_s for m in scenario.models)
         return ours_policy(
-            scenario, interval_s=opts.ours_interval_s, forecast_s=startup + opts.ours_interval_s, name=name
+            scenario,
+            interval_s=opts.ours_interval_s,
+            forecast_s=startup + opts.ours_interval_s,
+            name=name,
+            forecast_history=history,
         )
     if name == "oracle":
         return OraclePolicy(scenario, interval_s=opts.oracle_interval_s)
@@ -116,6 +126,7 @@ def make_policy(
             sizing=sizing,
             forecast=forecast,
             guard=guard,
+            forecast_history=history,
         )
     known = [*POLICY_NAMES, *EXPERIMENTS, *AGENTS, *sorted(opts.extra)]
     raise ConfigError(f"unknown policy {name!r} (known: {', '.join(known)})")
@@ -312,8 +323,10 @@ def _run(
     return simulate(scenario, make_policy(name, scenario, arrivals, options), arrivals=arrivals)
 
 
-def _run_one(scenario: Scenario, name: str, options: PolicyOptions | None) -> RunResult:
-    return _run(scenario, name, scenario_arrivals(scenario), options)
+def _run_one(
+    scenario: Scenario, name: str, options: PolicyOptions | None, arrivals: Mapping[str, Arrivals] | None
+) -> RunResult:
+    return _run(scenario, name, arrivals if arrivals is not None else scenario_arrivals(scenario), options)
 
 
 def run_policies(
@@ -322,8 +335,10 @@ def run_policies(
     *,
     jobs: int = 1,
     options: PolicyOptions | None = None,
+    arrivals: Mapping[str, Arrivals] | None = None,
 ) -> list[RunResult]:
-    """Run each named policy over ``scenario``; all runs see the same requests (same seed).
+    """Run each named policy over ``scenario``; all runs see the same requests (same seed, or
+    ``arrivals`` where given: a scenario's run after its history, sim/history.py).
 
     Names are those of :data:`POLICY_NAMES`, ``ours@<scale>`` experiments, trained agents (``agent``,
     ``agent:PATH``), or ``options.extra`` keys.
@@ -338,8 +353,8 @@ def run_policies(
         raise ConfigError(f"unknown policy {unknown[0]!r} (known: {', '.join(known)})")
     workers = max(1, min(jobs, len(names), os.cpu_count() or 1))
     if workers == 1 or (options is not None and options.extra):
-        arrivals = scenario_arrivals(scenario)
-        return [_run(scenario, n, arrivals, options) for n in names]
+        given = arrivals if arrivals is not None else scenario_arrivals(scenario)
+        return [_run(scenario, n, given, options) for n in names]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_run_one, scenario, n, options) for n in names]
+        futures = [pool.submit(_run_one, scenario, n, options, arrivals) for n in names]
         return [f.result() for f in futures]

@@ -101,6 +101,24 @@ def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "--duration" in capsys.readouterr().err
 
 
+def test_history_runs_the_rest_and_warms_ours(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    path = str(small_file(tmp_path))
+    args = ["simulate", "-f", path, "--policies", "ours,static", "--history", "1m", "-o", str(out)]
+    assert main([*args, "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert "the first 60 s of the traffic are history" in captured.err
+    assert "remaining 2 min" in captured.err
+    report = json.loads(out.read_text())
+    assert report["scenario"]["duration_s"] == 120.0 and report["scenario"]["history_s"] == 60.0
+    assert set(report["policies"]) == {"ours", "static"}
+    refusals = (("5m", "shorter than the scenario"), ("10s", "at least one"), ("soon", "not a duration"))
+    for bad, says in refusals:
+        assert main(["simulate", "-f", path, "--policies", "ours", "--history", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--history" in err and says in err and "Traceback" not in err, err
+
+
 def test_unknown_policies_name_every_valid_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "-f", str(small_file(tmp_path)), "--policies", "ours,magic"]) == 2
     err = capsys.readouterr().err.strip()
