@@ -13,12 +13,15 @@ from variant_autoscaler.core.forecast import ForecastConfig, ForecastState, fore
 from variant_autoscaler.errors import ModelError
 
 
-def _run(rates: list[float], config: ForecastConfig) -> tuple[ForecastState, list[float]]:
-    state, uppers = ForecastState(), []
+def _run(
+    rates: list[float], config: ForecastConfig, what: str = "upper"
+) -> tuple[ForecastState, list[float]]:
+    """The state at the end and, after each rate, the forecast's ``what`` (``upper``, ``point``)."""
+    state, out = ForecastState(), []
     for r in rates:
         state = update(state, r, config)
-        uppers.append(forecast(state, config).upper)
-    return state, uppers
+        out.append(getattr(forecast(state, config), what))
+    return state, out
 
 
 def test_nothing_seen_forecasts_nothing_and_a_steady_rate_forecasts_itself() -> None:
@@ -55,26 +58,14 @@ def test_a_step_is_not_carried_on_as_a_climb() -> None:
     new level for many intervals; a damped trend (0.9) overshoots less and settles sooner."""
     rates = [10.0] * 20 + [40.0] * 20
 
-    def points(config: ForecastConfig) -> list[float]:
-        state, out = ForecastState(), []
-        for r in rates:
-            state = update(state, r, config)
-            out.append(forecast(state, config).point)
-        return out
-
-    holt, damped = points(ForecastConfig()), points(ForecastConfig(damping=0.9))
+    holt, damped = _steps(rates, ForecastConfig())[1], _steps(rates, ForecastConfig(damping=0.9))[1]
     assert max(holt) > 1.5 * 40.0 and max(damped) < 1.35 * 40.0
     assert holt[29] > 1.35 * 40.0 and damped[29] < 1.15 * 40.0  # ten intervals into the plateau
     assert damped[-1] == pytest.approx(40.0, rel=0.02)
 
 
 def _steps(rates: list[float], config: ForecastConfig) -> tuple[ForecastState, list[float]]:
-    """The state at the end and the point forecast of the horizon's peak after each rate."""
-    state, out = ForecastState(), []
-    for r in rates:
-        state = update(state, r, config)
-        out.append(forecast(state, config).point)
-    return state, out
+    return _run(rates, config, "point")
 
 
 def test_a_step_past_the_warm_up_is_a_new_level_not_a_climb() -> None:
