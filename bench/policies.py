@@ -65,9 +65,11 @@ ABLATION: tuple[str, ...] = tuple(
     for guard in ("noguard", "guard")
 )
 OURS_ARM = "ours:tail/quantile/guard"  # what ours is: the arm is not run twice
-#: Each baseline given more capacity by its own knob, to compare with ours at equal attainment: HPA
-#: thresholds per pod, the 2025 WVA planning against tighter SLOs, the saturation thresholds lowered.
+#: Each baseline given more capacity by its own knob, to compare with ours at equal attainment: static
+#: peak provisioning with headroom over the peak's rate, HPA thresholds per pod, the 2025 WVA planning
+#: against tighter SLOs, the saturation thresholds lowered.
 SWEEPS: Mapping[str, tuple[str, ...]] = {
+    "static": ("static@1.25", "static@1.5", "static@2"),
     "hpa-waiting": ("hpa-waiting@1", "hpa-waiting@0.2"),
     "hpa-kv": ("hpa-kv@0.25", "hpa-kv@0.1"),
     # Below about 0.45 the scaled ITL target falls under the A100 profile's α + β: WVA then keeps the
@@ -80,6 +82,10 @@ TUNED: tuple[str, ...] = tuple(name for names in SWEEPS.values() for name in nam
 ATTAIN_TARGET = 0.99
 COST_TARGET = 1.15
 SAVING = 0.20
+#: Attainments this close count as equal when a baseline is compared with ours (0.05 points: a few
+#: requests in the trace replays), so that a setting 0.01 points short of ours, and cheaper, is not
+#: passed over for a dearer one.
+EQUAL_WITHIN = 0.0005
 JOBS = 2
 # The first scale-down of a variant seen for the first time waits one stabilisation window (300 s), at
 # the first plan (one interval in).
@@ -300,11 +306,12 @@ def _judged(report: Mapping[str, Any], name: str, policy: str) -> float:
 
 def equal_attainment(report: Mapping[str, Any], name: str, base: str) -> tuple[str, bool]:
     """The baseline's run to compare ours with: the cheapest of its settings (its default and
-    :data:`SWEEPS`) that attains at least what ours does (True), else its best-attaining one (False)."""
+    :data:`SWEEPS`) that attains at least what ours does, to within :data:`EQUAL_WITHIN` (True), else
+    its best-attaining one (False)."""
     pol = report["policies"]
     ours = _judged(report, name, "ours")
     runs = [base, *SWEEPS.get(base, ())]
-    reach = [r for r in runs if _judged(report, name, r) >= ours]
+    reach = [r for r in runs if _judged(report, name, r) >= ours - EQUAL_WITHIN]
     if reach:
         return min(reach, key=lambda r: pol[r]["cost"]), True
     return max(runs, key=lambda r: (_judged(report, name, r), -pol[r]["cost"])), False
@@ -600,6 +607,11 @@ def run(jobs: int | None = None) -> str:
     out += [
         *sections,
         "### Targets for ours",
+        "",
+        "Against each baseline, ours is compared with the cheapest of the baseline's settings that "
+        f"attains at least what ours does ({100 * EQUAL_WITHIN:g} points short counts as equal), and "
+        "must cost at least 20 % less; where no setting attains that much, with its best-attaining "
+        "setting, which ours must not cost more than.",
         "",
         *rows,
         "",

@@ -801,9 +801,12 @@ def peak_allocation(
     *,
     planner: Planner | None = None,
     window_s: float = PEAK_WINDOW_S,
+    headroom: float = 1.0,
+    name: str = "static",
 ) -> dict[str, int]:
     """Static peak provisioning: the oracle's planner at each model's busiest ``window_s`` load
-    (windows start every ``window_s / 2``)."""
+    (windows start every ``window_s / 2``), that load's rate times ``headroom`` (an admin's margin
+    over the peak: ``static@1.5`` plans for half as much again)."""
     loads: dict[str, ModelLoad] = {}
     for model, arr in arrivals.items():
         best = ModelLoad(0.0, 0.0, 0.0)
@@ -814,10 +817,10 @@ def peak_allocation(
             if load.rpm > best.rpm:
                 best = load
             start += window_s / 2.0
-        loads[model] = best
+        loads[model] = replace(best, rpm=best.rpm * headroom)
     inner = OptimizerPolicy(
         scenario,
-        name="static",
+        name=name,
         interval_s=math.inf,
         mode="limited",
         load_source="ours",

@@ -82,6 +82,11 @@ class StaticPolicy(Policy):
         self.interval_s = math.inf
         self._replicas = dict(replicas)
 
+    @property
+    def replicas(self) -> Mapping[str, int]:
+        """The replicas per variant it holds."""
+        return dict(self._replicas)
+
     def start(self, ctx: PolicyContext) -> Mapping[str, int] | None:
         known = {v.name for v in ctx.scenario.variants}
         unknown = sorted(set(self._replicas) - known)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -90,7 +91,7 @@ def make_policy(
         )
 
     if (tuned := _tuned(name)) is not None:
-        return _tuned_policy(scenario, name, *tuned, opts)
+        return _tuned_policy(scenario, name, *tuned, opts=opts, arrivals=arrivals)
     if name == "static":
         return StaticPolicy(peak_allocation(scenario, arrivals))
     if name in ("wva-2025", *ALIASES):
@@ -132,11 +133,21 @@ def make_policy(
     raise ConfigError(f"unknown policy {name!r} (known: {', '.join(known)})")
 
 
-#: Baselines given more capacity by their own knob (to compare at equal attainment): ``hpa-kv@0.2``
-#: (threshold per pod), ``hpa-waiting@1``, ``wva-2025@0.5`` (plans for SLOs scaled by 0.5),
-#: ``wva-saturation-v1@0.4`` (kvCacheThreshold), ``wva-saturation-v2@0.5`` (scaleUpThreshold, with
-#: scaleDownBoundary at the same ratio to it as by default).
-TUNABLE: tuple[str, ...] = ("hpa-waiting", "hpa-kv", "wva-2025", "wva-saturation-v1", "wva-saturation-v2")
+#: Baselines given more capacity by their own knob (to compare at equal attainment): ``static@1.5``
+#: (the peak's rate times 1.5, an admin's headroom), ``hpa-kv@0.2`` (threshold per pod),
+#: ``hpa-waiting@1``, ``wva-2025@0.5`` (plans for SLOs scaled by 0.5), ``wva-saturation-v1@0.4``
+#: (kvCacheThreshold), ``wva-saturation-v2@0.5`` (scaleUpThreshold, with scaleDownBoundary at the same
+#: ratio to it as by default).
+TUNABLE: tuple[str, ...] = (
+    "static",
+    "hpa-waiting",
+    "hpa-kv",
+    "wva-2025",
+    "wva-saturation-v1",
+    "wva-saturation-v2",
+)
+#: Knobs that are a threshold per pod or a multiple (any value > 0); the others are ratios in (0, 1].
+_UNBOUNDED: frozenset[str] = frozenset({"static", "hpa-waiting"})
 
 
 def _tuned(name: str) -> tuple[str, float] | None:
@@ -147,12 +158,22 @@ def _tuned(name: str) -> tuple[str, float] | None:
         value = float(raw)
     except ValueError:
         raise ConfigError(f"policy {name!r}: expected {base}@<number>") from None
-    if not value > 0 or (base != "hpa-waiting" and value > 1):
-        raise ConfigError(f"policy {name!r}: the value must be in (0, 1] (hpa-waiting: > 0)")
+    if not (0 < value < math.inf) or (base not in _UNBOUNDED and value > 1):
+        raise ConfigError(f"policy {name!r}: the value must be in (0, 1] (static, hpa-waiting: > 0)")
     return base, value
 
 
-def _tuned_policy(scenario: Scenario, name: str, base: str, value: float, opts: PolicyOptions) -> Policy:
+def _tuned_policy(
+    scenario: Scenario,
+    name: str,
+    base: str,
+    value: float,
+    *,
+    opts: PolicyOptions,
+    arrivals: Mapping[str, Arrivals],
+) -> Policy:
+    if base == "static":
+        return StaticPolicy(peak_allocation(scenario, arrivals, headroom=value, name=name), name=name)
     if base in ("hpa-waiting", "hpa-kv"):
         metric: Literal["waiting", "kv"] = "waiting" if base == "hpa-waiting" else "kv"
         return ThresholdPolicy(

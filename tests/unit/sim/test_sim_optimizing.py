@@ -323,6 +323,8 @@ def test_static_peak_allocation() -> None:
     arrivals = {"m": sc.models[0].traffic.arrivals(np.random.default_rng(0), sc.duration_s)}
     # The busiest 5 minutes carry 5 req/s.
     assert peak_allocation(sc, arrivals, planner=OnePerRps()) == {"va": 5, "vh": 0}
+    # static@1.5: the admin's headroom over the peak's rate.
+    assert peak_allocation(sc, arrivals, planner=OnePerRps(), headroom=1.5) == {"va": 8, "vh": 0}
 
 
 def test_ours_end_to_end_with_the_stand_in_planner() -> None:

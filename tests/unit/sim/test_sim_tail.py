@@ -16,10 +16,11 @@ from variant_autoscaler.sim.config import parse_scenario
 from variant_autoscaler.sim.loads import future_loads, future_workloads
 from variant_autoscaler.sim.observe import ModelView, Observation, VariantView, token_buckets
 from variant_autoscaler.sim.optimizing import ours_policy, plan_inputs
-from variant_autoscaler.sim.policies import SaturationPolicy
+from variant_autoscaler.sim.policies import SaturationPolicy, StaticPolicy
 from variant_autoscaler.sim.runner import checked_oracle, make_policy, make_policy_known, run_policies
 from variant_autoscaler.sim.scenario import ModelSpec
 from variant_autoscaler.sim.scenarios import load_bundled
+from variant_autoscaler.sim.simulator import scenario_arrivals
 from variant_autoscaler.sim.traffic import Arrivals
 from vatesting.sim import fake_factory
 
@@ -249,7 +250,11 @@ def test_policy_names_aliases_ablation_and_tuned_baselines() -> None:
     assert make_policy("hpa-kv@0.2", sc, {}).name == "hpa-kv@0.2"
     assert isinstance(make_policy("wva-saturation-v2@0.4", sc, {}), SaturationPolicy)
     assert make_policy_known("oracle-cheapest") and make_policy_known("wva-2025@0.5")
-    for bad in ("ours:tail/x/guard", "hpa-kv@2", "wva-2025@x"):
+    arrivals = scenario_arrivals(sc)
+    plain, more = make_policy("static", sc, arrivals), make_policy("static@2", sc, arrivals)
+    assert isinstance(plain, StaticPolicy) and isinstance(more, StaticPolicy) and more.name == "static@2"
+    assert sum(more.replicas.values()) > sum(plain.replicas.values())  # headroom over the peak
+    for bad in ("ours:tail/x/guard", "hpa-kv@2", "wva-2025@x", "static@0", "static@inf"):
         with pytest.raises(ConfigError):
             make_policy(bad, sc, {})
     with pytest.raises(ConfigError, match="wva-saturation-v1"):
