@@ -15,9 +15,12 @@ the queue gains per second, and what it takes to empty the queue within ``drain`
 start-up time: replicas asked for now serve only after it). The collector's demand
 (:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's window.
 
-**Supply.** Every replica already asked for, each at the rate one replica of its variant sustains:
-ready ones, and those still starting, each of which will be ready before any replica asked for now
-(their expected ready times are named in the reason). When the demand exceeds that, the missing
+**Supply.** Every replica already asked for that will serve, each at the rate one replica of its
+variant sustains: ready ones, those still starting, each of which will be ready before any replica
+asked for now (their expected ready times are named in the reason), and those pending (not yet
+scheduled) as far as the GPUs allow. In limited mode a variant can hold at most what the last plan gave
+it plus its ``room``; pending replicas beyond that wait for GPUs that are not there (a node was lost,
+say) and are not counted. When the demand exceeds the supply, the missing
 capacity goes to the variant the last plan gave the most replicas (the one it found cheapest for the
 load), at most doubling its count (plus four) per step, within its ``maxReplicas`` and, in limited
 mode, within the GPUs the last plan left free (never those it gave to another variant).
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import ModelError
 
-__all__ = ["GuardDecision", "GuardInput", "GuardParams", "GuardVariant", "guard"]
+__all__ = ["GuardDecision", "GuardInput", "GuardParams", "GuardVariant", "guard", "take_room"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,23 @@ class GuardDecision:
     reason: str
 
 
+def _serving(v: GuardVariant) -> int:
+    """The replicas of ``v`` that will serve: all it asked for, but in limited mode no more than the
+    last plan gave it plus the room beside that plan (pending ones beyond it have no GPUs to go to)."""
+    if v.room is None:
+        return v.desired
+    placed = v.ready + len(v.starting_ready_at)
+    return min(v.desired, max(placed, v.planned + v.room))
+
+
+def take_room(planned: int, room: int, added: int) -> tuple[int, int]:
+    """A variant's ``planned`` and ``room`` (limited mode) after the guard added ``added`` replicas to
+    it: the GPUs they take from the room now hold its own replicas, so ``planned + room`` (what fits)
+    stays."""
+    taken = max(0, min(room, added))
+    return planned + taken, room - taken
+
+
 def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
     ready = sum(v.ready for v in variants)
     starting = sorted(max(t - now, 0.0) for v in variants for t in v.starting_ready_at)
@@ -102,8 +122,11 @@ def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
     if starting:
         text += f" + {len(starting)} starting (ready in {starting[0]:.0f}–{starting[-1]:.0f} s)"
     pending = sum(v.desired for v in variants) - ready - len(starting)
-    if pending > 0:
-        text += f" + {pending} pending"
+    stuck = sum(v.desired - _serving(v) for v in variants)
+    if pending > stuck:
+        text += f" + {pending - stuck} pending"
+    if stuck > 0:
+        text += f" (+ {stuck} pending without GPUs, not counted)"
     return text
 
 
@@ -132,7 +155,7 @@ def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
         max(inp.window_s, 1e-9),
         max(inp.drain_s, 1.0),
     )
-    supply = sum(v.desired * (v.rate_per_replica or 0.0) for v in known)
+    supply = sum(_serving(v) * (v.rate_per_replica or 0.0) for v in known)
     what = f"{'; '.join(signals)}: demand {demand:.2f} req/s, the replicas asked for sustain {supply:.2f}"
     have = _supply_text(inp.variants, inp.now)
     if demand <= supply * (1.0 + 1e-9):

@@ -56,7 +56,7 @@ from variant_autoscaler.core.forecast import (
     trailing_run,
     update,
 )
-from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard, take_room
 from variant_autoscaler.core.policy import siblings_starting
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.engine.translate import VariantContext, actuation_mode, stabilization_window
@@ -532,7 +532,9 @@ class BurstGuard:
                     continue  # someone changed it since the cycle read it: the next cycle decides
                 logger.info("%s/%s: %s", key[0], key[1], decision.reason)
                 if armed.room is not None:
-                    armed.room = max(0, armed.room - (replicas - armed.target.spec_replicas))
+                    armed.planned, armed.room = take_room(
+                        armed.planned, armed.room, replicas - armed.target.spec_replicas
+                    )
                 armed.target = replace(armed.target, spec_replicas=replicas)
                 self._actions[key] = GuardAction(now, replicas, decision.reason)
                 if self._on_scale is not None:

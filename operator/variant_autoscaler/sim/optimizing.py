@@ -50,7 +50,7 @@ from variant_autoscaler.core.demand import forecast_input
 from variant_autoscaler.core.forecast import ForecastState, replay
 from variant_autoscaler.core.forecast import forecast as forecast_rate
 from variant_autoscaler.core.forecast import update as update_forecast
-from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard, take_room
 from variant_autoscaler.core.model import AcceleratorType
 from variant_autoscaler.core.policy import PolicyInput, Recommendation, apply_policy, siblings_starting
 from variant_autoscaler.core.workload import (
@@ -594,7 +594,9 @@ class OptimizerPolicy(Policy):
                 actions[name] = Action(replicas=replicas)
                 self.guard_actions += 1
                 if name in self._room:
-                    self._room[name] = max(0, self._room[name] - (replicas - desired[name]))
+                    self._planned[name], self._room[name] = take_room(
+                        self._planned.get(name, 0), self._room[name], replicas - desired[name]
+                    )
                 # The guard's count is a recommendation like the planner's: scale-down stays conservative.
                 state = self._state[name]
                 state.history = (*state.history, Recommendation(time=_at(obs.now), replicas=replicas))

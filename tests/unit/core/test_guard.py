@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard
+from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard, take_room
 from variant_autoscaler.errors import ModelError
 
 
@@ -52,6 +52,44 @@ def test_replicas_still_starting_count_as_supply() -> None:
     decision = guard(_input(starting, waiting=40.0, growth=40.0, completions=6.0))
     assert decision.replicas == {}  # demand 7 < 8 × 1.5
     assert "4 ready + 2 starting (ready in 30–150 s) + 2 pending" in decision.reason
+
+
+def test_pending_replicas_without_gpus_are_not_supply() -> None:
+    # A node was lost: 6 A100 replicas asked for, 2 ready and 2 restarting on the 4 A100s left; the
+    # plan gave the A100 variant those 4 and left no room, so its 2 other pods wait for GPUs that are
+    # not there. Only the 4 count, and the missing capacity goes to the H100 variant, which has room.
+    a100 = GuardVariant(
+        "ns/a", desired=6, ready=2, rate_per_replica=1.5, planned=4, starting_ready_at=(1090.0, 1120.0),
+        room=0,
+    )  # fmt: skip
+    h100 = GuardVariant("ns/h", desired=1, ready=0, rate_per_replica=3.0, planned=1, room=3)
+    decision = guard(_input(a100, h100, waiting=120.0, growth=60.0, completions=3.0))
+    # demand 3 + 1 + 120/180 = 4.67 req/s; supply 4 × 1.5 + 1 × 3 = 9 would cover it, 6 × 1.5 + 3 = 12 too
+    assert decision.replicas == {}
+    short = guard(_input(a100, h100, waiting=600.0, growth=600.0, completions=3.0))
+    # demand 3 + 10 + 600/180 = 16.33 req/s; 9 sustained: ceil(7.33 / 3) = 3 more H100 replicas
+    assert short.replicas == {"ns/h": 4}
+    assert "2 ready + 2 starting (ready in 90–120 s) + 1 pending (+ 2 pending without GPUs" in short.reason
+    # Without a limit (unlimited mode) every replica asked for counts: 6 × 1.5 + 3 = 12 sustained.
+    unlimited = (
+        GuardVariant("ns/a", desired=6, ready=2, rate_per_replica=1.5, planned=4),
+        GuardVariant("ns/h", desired=1, ready=0, rate_per_replica=3.0, planned=1),
+    )
+    assert guard(_input(*unlimited, waiting=600.0, growth=600.0, completions=3.0)).replicas == {"ns/a": 9}
+
+
+def test_the_guards_own_replicas_keep_counting_after_it_takes_the_room() -> None:
+    # The guard took 2 of the H100 variant's 3 free replicas: planned + room (what fits) stays 4, so
+    # at the next look its own new replicas, still pending, count as supply.
+    planned, room = take_room(1, 3, 2)
+    assert (planned, room) == (3, 1)
+    assert take_room(1, 1, 3) == (2, 0)  # no more than the room
+    h100 = GuardVariant("ns/h", desired=3, ready=0, rate_per_replica=3.0, planned=planned, room=room)
+    a100 = GuardVariant("ns/a", desired=2, ready=2, rate_per_replica=1.5, planned=2, room=0)
+    decision = guard(_input(a100, h100, waiting=120.0, growth=360.0, completions=3.0))
+    # demand 3 + 6 + 120/180 = 9.67 req/s: within 2 × 1.5 + 3 × 3 = 12; had only planned + room's old
+    # 2 H100s counted (9), the guard would add one more.
+    assert decision.replicas == {}, decision.reason
 
 
 def test_steps_are_capped_and_bounded_by_max_replicas_and_room() -> None:
