@@ -138,14 +138,7 @@ def make_policy(
 #: ``hpa-waiting@1``, ``wva-2025@0.5`` (plans for SLOs scaled by 0.5), ``wva-saturation-v1@0.4``
 #: (kvCacheThreshold), ``wva-saturation-v2@0.5`` (scaleUpThreshold, with scaleDownBoundary at the same
 #: ratio to it as by default).
-TUNABLE: tuple[str, ...] = (
-    "static",
-    "hpa-waiting",
-    "hpa-kv",
-    "wva-2025",
-    "wva-saturation-v1",
-    "wva-saturation-v2",
-)
+TUNABLE: tuple[str, ...] = tuple(n for n in POLICY_NAMES if n not in ("ours", "oracle"))  # every baseline
 #: Knobs that are a threshold per pod or a multiple (any value > 0); the others are ratios in (0, 1].
 _UNBOUNDED: frozenset[str] = frozenset({"static", "hpa-waiting"})
 
