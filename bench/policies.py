@@ -473,7 +473,11 @@ def targets(reports: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[s
                     f"{ours['cost']:,.0f} for {_pct(mine)} ({_gpu_hours(ours)})."
                 )
                 if reached:
-                    why += f" At equal attainment ours saves only {100 * saving:.1f} % of the cost."
+                    why += (
+                        f" At equal attainment ours saves only {100 * saving:.1f} % of the cost."
+                        if saving >= 0
+                        else f" At equal attainment ours costs {100 * -saving:.1f} % more."
+                    )
                     why += _bound_saving(report, b["cost"])
                 else:
                     why += (
