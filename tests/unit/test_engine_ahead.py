@@ -256,6 +256,26 @@ async def test_the_burst_guard_scales_up_between_cycles_with_one_query() -> None
     assert any(r["numReplicas"] == guarded for r in h.status()["recommendations"])
 
 
+async def test_the_guard_expects_the_replicas_a_cycle_asked_for_one_start_up_later() -> None:
+    h = _harness(FORECAST_QUANTILE="0")
+    h.load(600.0)
+    await h.engine.run_cycle()
+    _deployment(h)["status"]["readyReplicas"] = 1
+    h.advance(60)
+    h.load(600.0)
+    await h.engine.run_cycle()  # the plan holds: the replicas asked for a minute ago still start
+    planned = h.replicas()
+    assert planned > 1
+    h.advance(30)
+    # A burst 90 s after the scale-up: the replicas still starting are due 90 s from now (STARTUP_TIME
+    # 180 s after they were asked for), and the guard says so.
+    h.load(600.0, waiting=300.0, waiting_growth=300.0)
+    await h.engine.guard.tick()
+    action = h.engine.guard.actions()[(NS, VA)]
+    assert f"1 ready + {planned - 1} starting (ready in 90–90 s)" in action.reason
+    assert "a backlog of" in action.reason
+
+
 async def test_the_guard_leaves_mean_classes_and_other_modes_alone() -> None:
     h = Harness(DEFAULT_ACTUATION_MODE="patch", FORECAST_QUANTILE="0")
     h.add_va(replicas=1)

@@ -10,10 +10,14 @@ planner's business, and stays conservative.
 **Trigger.** At least ``waiting_per_replica`` requests waiting per ready replica, or a mean KV-cache
 usage of at least ``kv_threshold``. Below both, nothing: the plan stands.
 
-**Demand.** ``completions + growth of the queue + queue / drain``: what is finished per second, what
-the queue gains per second, and what it takes to empty the queue within ``drain`` seconds (the
-start-up time: replicas asked for now serve only after it). The collector's demand
-(:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's window.
+**Demand.** ``completions + growth of the queue + backlog / drain``: what is finished per second,
+what the queue gains per second, and what it takes to empty, within ``drain`` seconds (the start-up
+time), the backlog there will be when replicas asked for now are ready: the queue of now, plus what it
+gains until then (``growth × drain``), less what the replicas still starting serve from their expected
+ready times until then (:func:`backlog_at_ready`). Replicas asked for now serve only after the
+start-up, and the queue keeps growing meanwhile: sized on the queue of now, they would come too few.
+The collector's demand (:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's
+window, with that backlog for the queue.
 
 **Supply.** Every replica already asked for that will serve, each at the rate one replica of its
 variant sustains: ready ones, those still starting, each of which will be ready before any replica
@@ -37,7 +41,15 @@ from dataclasses import dataclass
 from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import ModelError
 
-__all__ = ["GuardDecision", "GuardInput", "GuardParams", "GuardVariant", "guard", "take_room"]
+__all__ = [
+    "GuardDecision",
+    "GuardInput",
+    "GuardParams",
+    "GuardVariant",
+    "backlog_at_ready",
+    "guard",
+    "take_room",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,20 @@ def take_room(planned: int, room: int, added: int) -> tuple[int, int]:
     return planned + taken, room - taken
 
 
+def backlog_at_ready(inp: GuardInput) -> float:
+    """Requests waiting when replicas asked for now are ready, ``drain_s`` from now (see the module
+    doc): the queue, plus its growth (when it grows) over the start-up, less what each replica still
+    starting serves between its expected ready time and then; never below 0."""
+    drain = max(inp.drain_s, 1.0)
+    growth = max(0.0, inp.waiting_growth) / max(inp.window_s, 1e-9)
+    credit = sum(
+        (v.rate_per_replica or 0.0) * max(0.0, drain - max(0.0, t - inp.now))
+        for v in inp.variants
+        for t in v.starting_ready_at
+    )
+    return max(0.0, max(inp.waiting, 0.0) + growth * drain - credit)
+
+
 def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
     ready = sum(v.ready for v in variants)
     starting = sorted(max(t - now, 0.0) for v in variants for t in v.starting_ready_at)
@@ -148,15 +174,19 @@ def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
         signals.append(f"KV cache {100 * inp.kv_usage:.0f} % full")
     if not signals:
         return GuardDecision({}, "no queue or KV-cache pressure")
+    backlog = backlog_at_ready(inp)
     demand = demand_rate(
         max(inp.completion_rate, 0.0),
-        max(inp.waiting, 0.0),
+        backlog,
         inp.waiting_growth,
         max(inp.window_s, 1e-9),
         max(inp.drain_s, 1.0),
     )
     supply = sum(_serving(v) * (v.rate_per_replica or 0.0) for v in known)
-    what = f"{'; '.join(signals)}: demand {demand:.2f} req/s, the replicas asked for sustain {supply:.2f}"
+    what = (
+        f"{'; '.join(signals)}: demand {demand:.2f} req/s (a backlog of {backlog:.0f} to drain once new "
+        f"replicas are ready), the replicas asked for sustain {supply:.2f}"
+    )
     have = _supply_text(inp.variants, inp.now)
     if demand <= supply * (1.0 + 1e-9):
         return GuardDecision({}, f"{what} ({have})")

@@ -410,6 +410,24 @@ class _Armed:
     max_replicas: int | None
     room: int | None
 
+    def starting_ready_at(self, asked: Sequence[tuple[float, int]], startup_s: float) -> tuple[float, ...]:
+        """When its replicas not ready at the last cycle's read are expected to be ready: each
+        ``startup_s`` after the scale-up that asked for it (``asked``: time and replicas added, oldest
+        first; the newest are the ones still starting). None of a variant's pending pods beyond the
+        GPUs its plan may hold (limited mode) is among them; one whose scale-up is not known (asked
+        before this process led, or long ago) has no expected time: it still counts as supply, but
+        the guard credits nothing it serves against the backlog (core/guard.py)."""
+        fits = self.target.spec_replicas
+        if self.room is not None:
+            fits = min(fits, max(self.planned + self.room, self.target.ready_replicas or 0))
+        count = max(0, fits - (self.target.ready_replicas or 0))
+        out: list[float] = []
+        for at, added in reversed(asked):
+            out.extend([at + startup_s] * min(added, count - len(out)))
+            if len(out) >= count:
+                break
+        return tuple(sorted(out))
+
 
 class BurstGuard:
     """The guard's loop (see the module doc). :meth:`arm` after every cycle; :meth:`run` as a task."""
@@ -429,6 +447,9 @@ class BurstGuard:
         self._clock = clock
         self._on_scale = on_scale
         self._armed: dict[VariantKey, _Armed] = {}
+        # Per variant, the scale-ups this process saw (time, replicas added), oldest first: when its
+        # replicas still starting are expected to be ready.
+        self._asked: dict[VariantKey, list[tuple[float, int]]] = {}
         self._cfg = MainConfig()
         self._actions: dict[VariantKey, GuardAction] = {}
         self.ticks = 0
@@ -455,7 +476,20 @@ class BurstGuard:
             armed[key] = _Armed(
                 key, (model, key[0]), target, rate, planned, max_replicas, outcome.room.get(key)
             )
+            # Newly guarded, its replicas beyond those ready are taken as asked for now (no credit).
+            before = self._armed.get(key)
+            prior = before.target.spec_replicas if before is not None else target.ready_replicas or 0
+            if target.spec_replicas > prior:
+                self._scaled_up(key, target.spec_replicas - prior)
         self._armed = armed
+        self._asked = {key: asked for key, asked in self._asked.items() if key in armed}
+
+    def _scaled_up(self, key: VariantKey, added: int) -> None:
+        """Remember a scale-up of ``key`` now (forgetting those that are long past start-up)."""
+        now = self._clock().timestamp()
+        keep = now - max(2.0 * self._cfg.startup_seconds, 600.0)
+        asked = [(at, n) for at, n in self._asked.get(key, []) if at >= keep]
+        self._asked[key] = [*asked, (now, added)]
 
     def actions(self) -> Mapping[VariantKey, GuardAction]:
         """The scale-ups made since the last cycle (it records them as recommendations)."""
@@ -510,6 +544,9 @@ class BurstGuard:
                             ready=m.target.ready_replicas or 0,
                             rate_per_replica=m.rate_per_replica,
                             planned=m.planned,
+                            starting_ready_at=m.starting_ready_at(
+                                self._asked.get(m.key, ()), self._cfg.startup_seconds
+                            ),
                             max_replicas=m.max_replicas,
                             room=m.room,
                         )
@@ -535,6 +572,7 @@ class BurstGuard:
                     armed.planned, armed.room = take_room(
                         armed.planned, armed.room, replicas - armed.target.spec_replicas
                     )
+                self._scaled_up(key, replicas - armed.target.spec_replicas)
                 armed.target = replace(armed.target, spec_replicas=replicas)
                 self._actions[key] = GuardAction(now, replicas, decision.reason)
                 if self._on_scale is not None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard, take_room
+from variant_autoscaler.core.guard import (
+    GuardInput,
+    GuardParams,
+    GuardVariant,
+    backlog_at_ready,
+    guard,
+    take_room,
+)
 from variant_autoscaler.errors import ModelError
 
 
@@ -33,10 +40,34 @@ def test_no_pressure_no_action() -> None:
 
 
 def test_a_queue_that_outruns_the_replicas_scales_up_by_the_missing_capacity() -> None:
-    # 60 waiting, growing by 60 a minute: demand 6 + 1 + 60/180 = 7.33 req/s; 4 × 1.5 = 6 sustained.
+    # 60 waiting, growing by 60 a minute: when replicas asked for now are ready (180 s), 60 + 180 wait;
+    # demand 6 + 1 + 240/180 = 8.33 req/s; 4 × 1.5 = 6 sustained.
     decision = guard(_input(waiting=60.0, growth=60.0))
-    assert decision.replicas == {"ns/a": 4 + 1}  # ceil((7.33 - 6) / 1.5) = 1
+    assert decision.replicas == {"ns/a": 4 + 2}  # ceil((8.33 - 6) / 1.5) = 2
     assert "burst guard" in decision.reason and "60 requests waiting" in decision.reason
+    assert "a backlog of 240 to drain" in decision.reason
+
+
+def test_the_backlog_counts_what_starting_replicas_serve_before_new_ones_are_ready() -> None:
+    # 100 waiting, growing by 2/s; 4 ready at 1.5 req/s each, 2 more starting.
+    def look(*ready_at: float) -> GuardInput:
+        v = GuardVariant(
+            "ns/a", desired=6, ready=4, rate_per_replica=1.5, planned=6, starting_ready_at=ready_at
+        )
+        return _input(v, waiting=100.0, growth=120.0, completions=6.0)
+
+    # Ready in 10 and 20 s: they serve 1.5 × (170 + 160) = 495 requests before replicas asked for now
+    # could: 100 + 2 × 180 - 495 < 0, nothing to drain; demand 6 + 2 = 8 < 6 × 1.5 = 9.
+    soon = look(1010.0, 1020.0)
+    assert backlog_at_ready(soon) == 0.0 and guard(soon).replicas == {}
+    # Ready only in 170 s: they serve 1.5 × 10 × 2 = 30 of the 460; demand 6 + 2 + 430/180 = 10.39 > 9.
+    late = look(1170.0, 1170.0)
+    assert backlog_at_ready(late) == pytest.approx(430.0)
+    assert guard(late).replicas == {"ns/a": 7}
+    # Overdue (expected ready already): they count from now. A shrinking queue adds no growth.
+    assert backlog_at_ready(look(900.0, 990.0)) == 0.0
+    shrinking = _input(waiting=50.0, growth=-30.0)
+    assert backlog_at_ready(shrinking) == 50.0
 
 
 def test_a_full_kv_cache_triggers_too_and_a_covered_demand_does_not() -> None:
@@ -64,10 +95,12 @@ def test_pending_replicas_without_gpus_are_not_supply() -> None:
     )  # fmt: skip
     h100 = GuardVariant("ns/h", desired=1, ready=0, rate_per_replica=3.0, planned=1, room=3)
     decision = guard(_input(a100, h100, waiting=120.0, growth=60.0, completions=3.0))
-    # demand 3 + 1 + 120/180 = 4.67 req/s; supply 4 × 1.5 + 1 × 3 = 9 would cover it, 6 × 1.5 + 3 = 12 too
+    # The 2 restarting serve 1.5 × (90 + 60) = 225 before new replicas could: a backlog of
+    # 120 + 1 × 180 - 225 = 75; demand 3 + 1 + 75/180 = 4.42 req/s, within 4 × 1.5 + 1 × 3 = 9.
     assert decision.replicas == {}
     short = guard(_input(a100, h100, waiting=600.0, growth=600.0, completions=3.0))
-    # demand 3 + 10 + 600/180 = 16.33 req/s; 9 sustained: ceil(7.33 / 3) = 3 more H100 replicas
+    # A backlog of 600 + 10 × 180 - 225 = 2175: demand 3 + 10 + 12.08 = 25.08 req/s, 9 sustained; the
+    # H100 variant grows by at most 4 per step and by the room it has, 3.
     assert short.replicas == {"ns/h": 4}
     assert "2 ready + 2 starting (ready in 90–120 s) + 1 pending (+ 2 pending without GPUs" in short.reason
     # Without a limit (unlimited mode) every replica asked for counts: 6 × 1.5 + 3 = 12 sustained.
@@ -75,7 +108,10 @@ def test_pending_replicas_without_gpus_are_not_supply() -> None:
         GuardVariant("ns/a", desired=6, ready=2, rate_per_replica=1.5, planned=4),
         GuardVariant("ns/h", desired=1, ready=0, rate_per_replica=3.0, planned=1),
     )
-    assert guard(_input(*unlimited, waiting=600.0, growth=600.0, completions=3.0)).replicas == {"ns/a": 9}
+    wide = guard(_input(*unlimited, waiting=300.0, growth=0.0, completions=3.0))
+    # demand 3 + 300/180 = 4.67 < 12: nothing (had the 2 pending A100s not counted, still nothing: 9)
+    assert wide.replicas == {}
+    assert "(+ " not in wide.reason and "+ 5 pending" in wide.reason
 
 
 def test_the_guards_own_replicas_keep_counting_after_it_takes_the_room() -> None:
@@ -86,8 +122,8 @@ def test_the_guards_own_replicas_keep_counting_after_it_takes_the_room() -> None
     assert take_room(1, 1, 3) == (2, 0)  # no more than the room
     h100 = GuardVariant("ns/h", desired=3, ready=0, rate_per_replica=3.0, planned=planned, room=room)
     a100 = GuardVariant("ns/a", desired=2, ready=2, rate_per_replica=1.5, planned=2, room=0)
-    decision = guard(_input(a100, h100, waiting=120.0, growth=360.0, completions=3.0))
-    # demand 3 + 6 + 120/180 = 9.67 req/s: within 2 × 1.5 + 3 × 3 = 12; had only planned + room's old
+    decision = guard(_input(a100, h100, waiting=1350.0, completions=3.0))
+    # demand 3 + 1350/180 = 10.5 req/s: within 2 × 1.5 + 3 × 3 = 12; had only planned + room's old
     # 2 H100s counted (9), the guard would add one more.
     assert decision.replicas == {}, decision.reason
 
