@@ -134,12 +134,21 @@ def test_scenario_10_annotated_hpa_scales_out_on_wva_desired_replicas(
     )
     load = load_factory(ns, [target], MODEL, PREMIUM).start(HIGH_RPM, "overload")
     started = time.monotonic()
+    # What the HPA reads through the adapter: the decision rises there first. Read it while it is
+    # up: once the new replica serves, V1 (as WVA's) may ask for one fewer again when one replica
+    # would leave spare queue, which the HPA's scale-down stabilisation then holds off.
+    wait_for(
+        lambda: (
+            (values := kube.external_metric(ns, "wva_desired_replicas", target))
+            and all(_quantity(v) >= 2 for v in values)
+        ),
+        timeout=180,
+        what="wva_desired_replicas >= 2 through prometheus-adapter",
+    )
     wait_for(lambda: kube.replicas(ns, target) >= 2, timeout=180, what="the annotated HPA to scale out")
     took = time.monotonic() - started
     hpa = json.loads(full_cluster.kubectl("get", "hpa", "-n", ns, "vllme-hpa", "-o", "json").stdout)
     assert hpa["status"]["desiredReplicas"] >= 2
-    values = kube.external_metric(ns, "wva_desired_replicas", target)
-    assert values and all(_quantity(v) >= 2 for v in values)  # what the HPA reads through the adapter
     explained = kube.events(ns, "vllme-hpa", "DecisionChanged")
     assert explained and any("saturation-v1" in e.message for e in explained)
     assert all(e.involved_object.kind == "HorizontalPodAutoscaler" for e in explained)
