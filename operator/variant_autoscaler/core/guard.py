@@ -48,6 +48,7 @@ __all__ = [
     "GuardVariant",
     "backlog_at_ready",
     "guard",
+    "serving",
     "take_room",
 ]
 
@@ -110,13 +111,17 @@ class GuardDecision:
     reason: str
 
 
+def serving(desired: int, placed: int, planned: int, room: int | None) -> int:
+    """Of a variant's ``desired`` replicas, those that will serve: all of them, but in limited mode
+    (``room`` known) no more than the last plan gave it plus the room beside that plan, or those
+    already ``placed`` (ready or starting) where more; pending ones beyond that have no GPUs to go to."""
+    if room is None:
+        return desired
+    return min(desired, max(placed, planned + room))
+
+
 def _serving(v: GuardVariant) -> int:
-    """The replicas of ``v`` that will serve: all it asked for, but in limited mode no more than the
-    last plan gave it plus the room beside that plan (pending ones beyond it have no GPUs to go to)."""
-    if v.room is None:
-        return v.desired
-    placed = v.ready + len(v.starting_ready_at)
-    return min(v.desired, max(placed, v.planned + v.room))
+    return serving(v.desired, v.ready + len(v.starting_ready_at), v.planned, v.room)
 
 
 def take_room(planned: int, room: int, added: int) -> tuple[int, int]:

@@ -56,7 +56,14 @@ from variant_autoscaler.core.forecast import (
     trailing_run,
     update,
 )
-from variant_autoscaler.core.guard import GuardInput, GuardParams, GuardVariant, guard, take_room
+from variant_autoscaler.core.guard import (
+    GuardInput,
+    GuardParams,
+    GuardVariant,
+    guard,
+    serving,
+    take_room,
+)
 from variant_autoscaler.core.policy import siblings_starting
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.engine.translate import VariantContext, actuation_mode, stabilization_window
@@ -417,10 +424,8 @@ class _Armed:
         GPUs its plan may hold (limited mode) is among them; one whose scale-up is not known (asked
         before this process led, or long ago) has no expected time: it still counts as supply, but
         the guard credits nothing it serves against the backlog (core/guard.py)."""
-        fits = self.target.spec_replicas
-        if self.room is not None:
-            fits = min(fits, max(self.planned + self.room, self.target.ready_replicas or 0))
-        count = max(0, fits - (self.target.ready_replicas or 0))
+        ready = self.target.ready_replicas or 0
+        count = max(0, serving(self.target.spec_replicas, ready, self.planned, self.room) - ready)
         out: list[float] = []
         for at, added in reversed(asked):
             out.extend([at + startup_s] * min(added, count - len(out)))
@@ -568,11 +573,10 @@ class BurstGuard:
                 if moved is not None:
                     continue  # someone changed it since the cycle read it: the next cycle decides
                 logger.info("%s/%s: %s", key[0], key[1], decision.reason)
+                added = replicas - armed.target.spec_replicas
                 if armed.room is not None:
-                    armed.planned, armed.room = take_room(
-                        armed.planned, armed.room, replicas - armed.target.spec_replicas
-                    )
-                self._scaled_up(key, replicas - armed.target.spec_replicas)
+                    armed.planned, armed.room = take_room(armed.planned, armed.room, added)
+                self._scaled_up(key, added)
                 armed.target = replace(armed.target, spec_replicas=replicas)
                 self._actions[key] = GuardAction(now, replicas, decision.reason)
                 if self._on_scale is not None:

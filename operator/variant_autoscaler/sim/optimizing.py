@@ -804,7 +804,6 @@ def peak_allocation(
     planner: Planner | None = None,
     window_s: float = PEAK_WINDOW_S,
     headroom: float = 1.0,
-    name: str = "static",
 ) -> dict[str, int]:
     """Static peak provisioning: the oracle's planner at each model's busiest ``window_s`` load
     (windows start every ``window_s / 2``), that load's rate times ``headroom`` (an admin's margin
@@ -822,7 +821,7 @@ def peak_allocation(
         loads[model] = replace(best, rpm=best.rpm * headroom)
     inner = OptimizerPolicy(
         scenario,
-        name=name,
+        name="static",
         interval_s=math.inf,
         mode="limited",
         load_source="ours",

@@ -166,7 +166,7 @@ def _tuned_policy(
     arrivals: Mapping[str, Arrivals],
 ) -> Policy:
     if base == "static":
-        return StaticPolicy(peak_allocation(scenario, arrivals, headroom=value, name=name), name=name)
+        return StaticPolicy(peak_allocation(scenario, arrivals, headroom=value), name=name)
     if base in ("hpa-waiting", "hpa-kv"):
         metric: Literal["waiting", "kv"] = "waiting" if base == "hpa-waiting" else "kv"
         return ThresholdPolicy(
