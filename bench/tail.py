@@ -292,6 +292,7 @@ def trace_rows(
     ``rateScale`` replays it, on the H100 profile, batch 64: (scale, mean rate, peak-minute load,
     [(level, measured, predicted)])."""
     times, ins, outs = read_azure()
+    chunked = factory is v1_engine
     out = []
     for scale in (0.8, 1.0):
         replay = TraceTraffic(Arrivals(times, ins, outs), rate_scale=scale)
@@ -305,7 +306,9 @@ def trace_rows(
         for m in np.unique(minutes):
             around = (t >= (m - 2) * 60) & (t < (m + 3) * 60)
             n = int(np.sum(minutes == m))
-            model = TailModel(H100, 64, lengths, burstiness_from_times(t[around], WINDOWS[:5]))
+            model = TailModel(
+                H100, 64, lengths, burstiness_from_times(t[around], WINDOWS[:5]), chunked_prefill=chunked
+            )
             parts.append((n, model, min(n / 60.0, model.rate_range[1])))
         total = sum(n for n, _, _ in parts)
 
@@ -392,8 +395,9 @@ def min_gpus_rows() -> list[tuple[str, dict[str, Any]]]:
     return rows
 
 
-def speed_rows() -> list[tuple[int, float, float]]:
-    """(batch, tail sizing ms, mean sizing ms): one cold sizing, median of repeated calls."""
+def speed_rows() -> list[tuple[int, float, float, float]]:
+    """(batch, tail sizing ms, the same prefilled chunked, mean sizing ms): one cold sizing, median of
+    repeated calls."""
     lengths = RequestLengths(
         TokenLengths.lognormal(512, 0.6, high=4096), TokenLengths.lognormal(256, 0.6, high=2048)
     )
@@ -401,18 +405,22 @@ def speed_rows() -> list[tuple[int, float, float]]:
     targets = TailTargets(ttft=1000.0, itl=50.0, joint_miss=0.01)
     out = []
     for n in (8, 64, 256):
-        tail, mean = [], []
+        tail, chunked, mean = [], [], []
         for _ in range(15):
             t0 = time.perf_counter()
             TailModel(A100, n, lengths, bursts).max_rate(targets)
             tail.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            TailModel(A100, n, lengths, bursts, chunked_prefill=True).max_rate(targets)
+            chunked.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             size_allocation(
                 accelerator="A100", unit_cost=40.0, acc_count=1, parms=A100, max_batch_size=n,
                 load=Load(600.0, 512.0, 256.0), slo=SLO(ttft=1000.0, itl=50.0), memo=False,
             )  # fmt: skip
             mean.append(time.perf_counter() - t0)
-        out.append((n, 1000 * float(np.median(tail)), 1000 * float(np.median(mean))))
+        ms = [1000 * float(np.median(x)) for x in (tail, chunked, mean)]
+        out.append((n, ms[0], ms[1], ms[2]))
     return out
 
 
@@ -519,6 +527,7 @@ def run(engine: str = ENGINE) -> str:
     rows = validate(factory)
     v1_rows = validate(v1_engine) if factory is default_engine else []
     traces = trace_rows(factory)
+    v1_traces = trace_rows(v1_engine) if factory is default_engine else []
     sizing = sizing_rows(factory)
     lower = min_gpus_rows()
     speed = speed_rows()
@@ -557,11 +566,12 @@ def run(engine: str = ENGINE) -> str:
             "",
             "The same points on `vllm_emulator.engine_v1` (the simulator's default engine: a 2,048-token "
             "step budget, chunked prefill, step costs matching the profile at the requests' mean context), "
-            "predicted with `chunked_prefill=True`: a prompt is prefilled inside one step beside the "
-            "running decodes, after the rest of the step under way, so an arrival that finds `i` requests "
-            "running gets its first token after `1.5·(α + β·i) + δ·L` (WVA's accounting, above, prefills at "
-            "the pace of the whole batch, `γ + δ·L·(i + 1)`, which on this engine over-predicts TTFT by "
-            "ten times at a batch of 64).",
+            "predicted with `chunked_prefill=True` and the engine's budget: a prompt is prefilled in the "
+            "steps, beside the running decodes, after the rest of the step under way (which may carry a "
+            "chunk of another prompt) and with any prompt arriving in the same step, over as many steps "
+            "as the budget left beside the decodes needs (`core/chunked.py`; WVA's accounting, above, "
+            "prefills at the pace of the whole batch, `γ + δ·L·(i + 1)`, which on this engine "
+            "over-predicts TTFT by ten times at a batch of 64).",
             "",
             *_validation_table(v1_rows),
             "",
@@ -574,19 +584,23 @@ def run(engine: str = ENGINE) -> str:
         "H100 profile of the bundled node-failure scenario (α 10, β 0.2, γ 10, δ 0.02 ms), batch 64; the "
         "trace as recorded and at 0.8× its rate (thinned at random, the simulator's `rateScale`). Each "
         "minute is predicted with its own rate, the burstiness of the five minutes around it and the "
-        "trace's lengths; the minutes are mixed by their requests.",
+        "trace's lengths; the minutes are mixed by their requests. Served by "
+        + ("the engine above and by the V1-like engine (predicted chunked)." if v1_traces else f"{which}."),
         "",
-        "| rate scale | mean req/s | busiest minute's load | p95 measured | p95 predicted | p99 measured "
-        "| p99 predicted | within 20 % |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| engine | rate scale | mean req/s | busiest minute's load | p95 measured | p95 predicted "
+        "| p99 measured | p99 predicted | within 20 % |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for scale, rate, peak, levels in traces:
-        (_, m95, p95), (_, m99, p99) = levels
-        within = abs(p95 - m95) <= TOLERANCE * m95 and abs(p99 - m99) <= TOLERANCE * m99
-        lines.append(
-            f"| {scale:g}× | {rate:.2f} | {peak:.0%} | {m95:,.0f} | {p95:,.0f} ({(p95 - m95) / m95:+.0%}) "
-            f"| {m99:,.0f} | {p99:,.0f} ({(p99 - m99) / m99:+.0%}) | {'yes' if within else '**no**'} |"
-        )
+    engines = [("as above", traces), ("V1-like, chunked", v1_traces)] if v1_traces else [("as above", traces)]
+    for engine_name, rows_of in engines:
+        for scale, rate, peak, levels in rows_of:
+            (_, m95, p95), (_, m99, p99) = levels
+            within = abs(p95 - m95) <= TOLERANCE * m95 and abs(p99 - m99) <= TOLERANCE * m99
+            lines.append(
+                f"| {engine_name} | {scale:g}× | {rate:.2f} | {peak:.0%} | {m95:,.0f} "
+                f"| {p95:,.0f} ({(p95 - m95) / m95:+.0%}) | {m99:,.0f} "
+                f"| {p99:,.0f} ({(p99 - m99) / m99:+.0%}) | {'yes' if within else '**no**'} |"
+            )
     lines += [
         "",
         "### Sizing a long-context trace: mean vs tail",
@@ -634,14 +648,15 @@ def run(engine: str = ENGINE) -> str:
         "### Speed of one sizing",
         "",
         "`TailModel(...).max_rate(...)` for TTFT 1 s and ITL 50 ms with 99 % within both (log-normal "
-        "lengths, a bursty stream), against the mean sizing `size_allocation(..., memo=False)`; the "
-        "median of 15 calls, on a machine shared with other jobs (the figures are inflated by its load).",
+        "lengths, a bursty stream), prefilled at the batch's pace and chunked (`chunked_prefill=True`, "
+        "2,048 tokens a step), against the mean sizing `size_allocation(..., memo=False)`; the median "
+        "of 15 calls, on a machine shared with other jobs (the figures are inflated by its load).",
         "",
-        "| batch | tail sizing | mean sizing |",
-        "|---:|---:|---:|",
+        "| batch | tail sizing | tail sizing, chunked | mean sizing |",
+        "|---:|---:|---:|---:|",
     ]
-    for n, tail, mean in speed:
-        lines.append(f"| {n} | {tail:.2f} ms | {mean:.3f} ms |")
+    for n, tail, chunked, mean in speed:
+        lines.append(f"| {n} | {tail:.2f} ms | {chunked:.2f} ms | {mean:.3f} ms |")
     lines += [
         "",
         "### Many candidates at once (the planner's path)",

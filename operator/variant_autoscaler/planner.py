@@ -58,7 +58,7 @@ from variant_autoscaler.core.sizing import (
     limit_scale_ups,
     size_group,
 )
-from variant_autoscaler.core.workload import Workload
+from variant_autoscaler.core.workload import DEFAULT_PREFILL_BUDGET, Workload
 from variant_autoscaler.errors import ConfigError, ModelError
 from variant_autoscaler.namespace_caps import NamespaceCap, template_gpus, within_namespace_caps
 
@@ -223,6 +223,8 @@ class PlanRequest:
     # How the servers prefill, for the tail model (attainment classes): chunked, inside one step beside
     # the running decodes (vLLM V1, the default), or at the pace of the whole batch (WVA's accounting).
     chunked_prefill: bool = True
+    # The tokens one engine step holds when chunked (vLLM's --max-num-batched-tokens).
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET
     # Limited mode: GPU caps per namespace (WVA's namespace-scoped quotas), by namespace. A namespace
     # never grows past its cap; what it holds already stays (as a Kubernetes ResourceQuota).
     namespace_caps: Mapping[str, NamespaceCap] = field(default_factory=dict)
@@ -442,7 +444,9 @@ class OptimizerPlanner:
                     replica_cost=v.variant_cost,
                     kept_replicas=min(v.kept_replicas, v.current_replicas),
                     workload=replace(
-                        v.workload or Workload(), chunked_prefill=request.chunked_prefill
+                        v.workload or Workload(),
+                        chunked_prefill=request.chunked_prefill,
+                        prefill_budget=request.prefill_budget,
                     ).rounded(),
                 )
             except ConfigError as exc:

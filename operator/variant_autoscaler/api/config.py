@@ -49,6 +49,10 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
                                           beside the running decodes; ``false``: at the pace of the
                                           whole batch (WVA's accounting); the tail model's TTFT
+``MAX_NUM_BATCHED_TOKENS``                the servers' token budget per step, vLLM's
+                                          ``--max-num-batched-tokens`` (default ``2048``): with
+                                          chunked prefill, how many prompt tokens one step holds
+                                          beside the decodes (long prompts take several steps)
 ``ARRIVAL_COUNTER``                       a counter of a model's arriving requests, such as the
                                           inference gateway's ``inference_objective_request_total``
                                           (default: none). Where set, the demand forecast learns its
@@ -84,6 +88,7 @@ from variant_autoscaler.core.forecast import (
     DEFAULT_SHIFT_SIGMAS,
     ForecastConfig,
 )
+from variant_autoscaler.core.workload import DEFAULT_PREFILL_BUDGET
 from variant_autoscaler.errors import ConfigError
 
 OptimizerMode = Literal["unlimited", "limited"]
@@ -139,6 +144,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
     "CHUNKED_PREFILL",
+    "MAX_NUM_BATCHED_TOKENS",
 )
 #: In WVA's manifests but never read by WVA (or read by a part we do not have): accepted, ignored.
 IGNORED_MAIN_CONFIG_KEYS: tuple[str, ...] = ("GLOBAL_OPT_TRIGGER", "DISABLING_TTFT")
@@ -278,6 +284,7 @@ class MainConfig(BaseModel):
     arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
     chunked_prefill: bool = True
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET
 
     @property
     def forecast_horizon_seconds(self) -> float:
@@ -427,6 +434,13 @@ def parse_main_config(
     chunked_raw = cm.get("CHUNKED_PREFILL", "true").strip().lower()
     if chunked_raw not in ("true", "false"):
         raise ConfigError(f"CHUNKED_PREFILL={chunked_raw!r} must be true or false")
+    budget_raw = cm.get("MAX_NUM_BATCHED_TOKENS", "").strip()
+    try:
+        prefill_budget = int(budget_raw) if budget_raw else DEFAULT_PREFILL_BUDGET
+    except ValueError:
+        raise ConfigError(f"MAX_NUM_BATCHED_TOKENS={budget_raw!r} is not an integer") from None
+    if prefill_budget < 1:
+        raise ConfigError(f"MAX_NUM_BATCHED_TOKENS={budget_raw!r} must be at least 1 (tokens per step)")
     arrivals = _metric_name(cm, "ARRIVAL_COUNTER") or None
     counter = _metric_name(cm, "BURSTINESS_COUNTER") or arrivals or "vllm:request_success_total"
     return MainConfig(
@@ -458,6 +472,7 @@ def parse_main_config(
         arrival_counter=arrivals,
         burstiness_counter=counter,
         chunked_prefill=chunked_raw == "true",
+        prefill_budget=prefill_budget,
     )
 
 

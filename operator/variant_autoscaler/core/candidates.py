@@ -35,7 +35,7 @@ from variant_autoscaler.core.analyzer import (
 from variant_autoscaler.core.model import AcceleratorType, Profile, VariantInput
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.tail import TailSizingRequest, size_tail_allocations
-from variant_autoscaler.core.workload import RequestLengths
+from variant_autoscaler.core.workload import DEFAULT_PREFILL_BUDGET, RequestLengths
 from variant_autoscaler.errors import InfeasibleError, ModelError
 
 __all__ = [
@@ -207,6 +207,7 @@ def tail_request(variant: VariantInput, request: SizingRequest) -> TailSizingReq
         workload.burstiness if workload is not None else None,
         None,
         workload.chunked_prefill if workload is not None else False,
+        workload.prefill_budget if workload is not None else DEFAULT_PREFILL_BUDGET,
     )
 
 

@@ -186,6 +186,7 @@ def predict(
                 burstiness=req.burstiness,
                 min_replicas=req.min_replicas,
                 chunked_prefill=req.chunked_prefill,
+                prefill_budget=req.prefill_budget,
             )
             return sizing.itl, sizing.ttft
         sizing = sizer(

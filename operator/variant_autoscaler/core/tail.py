@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from variant_autoscaler.core.analyzer import SLO, Load, Sizing, SizingOutcome
+from variant_autoscaler.core.chunked import ChunkedPrefill
 from variant_autoscaler.core.queueing import (
     EPSILON,
     QueueAnalyzer,
@@ -52,6 +53,7 @@ from variant_autoscaler.core.queueing import (
     TargetPerf,
 )
 from variant_autoscaler.core.workload import (
+    DEFAULT_PREFILL_BUDGET,
     IDC_RANGE,
     Burstiness,
     RequestLengths,
@@ -248,6 +250,7 @@ class TailModel:
 
     __slots__ = (
         "_bursts",
+        "_chunked",
         "_cs2",
         "_idc_knots",
         "_in_knots",
@@ -271,6 +274,7 @@ class TailModel:
         *,
         kv_cache_tokens: int | None = None,
         chunked_prefill: bool = False,
+        prefill_budget: int = DEFAULT_PREFILL_BUDGET,
     ) -> None:
         if not isinstance(parms, ServiceParms):
             raise ModelError(f"service parameters must be ServiceParms, got {type(parms).__name__}")
@@ -322,6 +326,8 @@ class TailModel:
             (np.log(np.array(w)), np.array(self._bursts.idc), w[0], self._bursts.rate) if w else None
         )
         self._in_knots = lengths.input.knots()
+        # A chunked prefill's first token, beside the decodes and other prompts (core/chunked.py).
+        self._chunked = ChunkedPrefill(parms, n, lengths.input, prefill_budget) if chunked_prefill else None
         self.rate_range = (
             float(self._mu[0]) * EPSILON * 1000.0,
             float(self._mu[-1]) * (1 - EPSILON) * 1000.0,
@@ -404,10 +410,13 @@ class TailModel:
     def _ttft_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
-        c0, c1 = self._pre0, self._pre1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            limit = np.where(c1 > 0, (target - c0) / c1, np.where(target >= c0, np.inf, -np.inf))
-        head = state.p_head @ self._prefill_sf(limit)  # starts at once, beside the i others
+        if self._chunked is not None:
+            head: FloatArray = np.sum(state.p_head * self._chunked.miss(state.lam, target, self._idc), axis=1)
+        else:
+            c0, c1 = self._pre0, self._pre1
+            with np.errstate(divide="ignore", invalid="ignore"):
+                limit = np.where(c1 > 0, (target - c0) / c1, np.where(target >= c0, np.inf, -np.inf))
+            head = state.p_head @ self._prefill_sf(limit)  # starts at once, beside the i others
         return head + state.p_wait * self._queued_miss(state.eta, target)
 
     def _queued_miss(self, eta: FloatArray, target: float) -> FloatArray:
@@ -470,7 +479,10 @@ class TailModel:
         l_in = self.lengths.input.mean
         batch = np.arange(1.0, n + 1.0)
         prefill = (self._pre0 if l_in > 0 else 0.0) + self._pre1 * l_in
-        ttft = state.p_head @ prefill + state.p_wait * (1.0 / state.eta + prefill[-1])
+        head = state.p_head @ prefill
+        if self._chunked is not None and l_in > 0:
+            head = np.sum(state.p_head * self._chunked.mean(lam, self._idc), axis=1)
+        ttft = head + state.p_wait * (1.0 / state.eta + prefill[-1])
         itl = (self._batch_seen(state) @ (p.alpha + p.beta * batch)) * self._itl_scale(lam)
         rho = (state.p_head[:, 1:] @ batch[:-1] + state.p_wait * n) / n
         columns = (
@@ -642,13 +654,15 @@ def size_tail_allocation(
     min_replicas: int = 1,
     kv_cache_tokens: int | None = None,
     chunked_prefill: bool = False,
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET,
 ) -> Sizing:
     """:func:`~variant_autoscaler.core.analyzer.size_allocation` for an SLO with percentile or attainment
     targets: the replicas, cost and rate per replica such that the predicted share of requests over each
     target stays within its budget at the load's arrival rate (req/min, as WVA).
 
     ``lengths`` defaults to exponential lengths with the load's means; ``burstiness`` to Poisson;
-    ``chunked_prefill`` says how the server prefills (see :class:`TailModel`). The
+    ``chunked_prefill`` says how the server prefills and ``prefill_budget`` how many tokens one of its
+    steps holds (see :class:`TailModel`). The
     returned :class:`Sizing` carries the *mean* TTFT and ITL the model predicts per replica (as the
     analyzer's does); :class:`TailModel` gives the shares and quantiles. An SLO without tail targets is
     sized by the mean model here too (WVA's meaning), so the function is a drop-in for every class.
@@ -658,7 +672,7 @@ def size_tail_allocation(
         [
             TailSizingRequest(
                 accelerator, unit_cost, acc_count, parms, max_batch_size, load, slo, min_replicas,
-                lengths, burstiness, kv_cache_tokens, chunked_prefill,
+                lengths, burstiness, kv_cache_tokens, chunked_prefill, prefill_budget,
             )
         ]
     )[0]  # fmt: skip
@@ -669,7 +683,9 @@ def size_tail_allocation(
 
 #: How many (server, workload, targets) sizings :func:`size_tail_allocation` remembers.
 TAIL_MEMO_LIMIT = 4096
-_TailKey = tuple[ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float, bool]
+_TailKey = tuple[
+    ServiceParms, int, RequestLengths, Burstiness | None, int | None, TailTargets, float, bool, int
+]
 _TAIL_MEMO: OrderedDict[_TailKey, tuple[TailModel, TailSize] | InfeasibleError | ModelError] = OrderedDict()
 
 
@@ -680,10 +696,10 @@ def clear_tail_memo() -> None:
 
 def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
     """The model and its largest rate for ``(parms, max batch, lengths, burstiness, KV cache, targets,
-    tps, chunked prefill)``, remembered (the search is the costly part, and a cycle whose traffic did not
-    change asks the same again: the planner rounds its inputs so that it does, see
+    tps, chunked prefill, prefill budget)``, remembered (the search is the costly part, and a cycle
+    whose traffic did not change asks the same again: the planner rounds its inputs so that it does, see
     :meth:`~variant_autoscaler.core.workload.Workload.rounded`)."""
-    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps, chunked = key
+    parms, max_batch, lengths, burstiness, kv_cache_tokens, targets, tps, chunked, budget = key
     try:
         known = _TAIL_MEMO.get(key)
         hashable = True
@@ -698,6 +714,7 @@ def _sized(key: _TailKey) -> tuple[TailModel, TailSize]:
                 burstiness,
                 kv_cache_tokens=kv_cache_tokens,
                 chunked_prefill=chunked,
+                prefill_budget=budget,
             )
             known = (model, model.max_rate(targets, tps=tps))
         except (InfeasibleError, ModelError) as exc:
@@ -730,6 +747,7 @@ class TailSizingRequest:
     burstiness: Burstiness | None = None
     kv_cache_tokens: int | None = None
     chunked_prefill: bool = False
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET
 
 
 class _Pending(NamedTuple):
@@ -773,6 +791,7 @@ def _prepare(req: TailSizingRequest) -> Sizing | tuple[_TailKey, float, float]:
         targets,
         slo.tps,
         req.chunked_prefill,
+        req.prefill_budget if req.chunked_prefill else DEFAULT_PREFILL_BUDGET,
     )
     total = arrival / 60.0 if slo.tps == 0 else slo.tps / max(lengths.output.mean, 1.0)
     return key, total, per_replica_cost

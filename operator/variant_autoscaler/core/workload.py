@@ -482,17 +482,24 @@ def burstiness_from_counter(
     return Burstiness(tuple(windows), tuple(idcs), max(rate, 0.0))
 
 
+#: vLLM's token budget per engine step (``--max-num-batched-tokens``), its default for online serving:
+#: a chunked prefill fits this many prompt tokens, less the decodes, into one step.
+DEFAULT_PREFILL_BUDGET = 2048
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """A model's requests as the tail model reads them beyond their rate and mean lengths: the length
     distribution and the arrival burstiness, each None when unknown (then the tail model assumes
     exponential lengths with the load's means, and Poisson arrivals); and how its servers prefill a
     prompt: ``chunked_prefill`` (vLLM V1: inside one step beside the running decodes) or not (WVA's
-    accounting: at the pace of the whole batch)."""
+    accounting: at the pace of the whole batch), and when chunked, ``prefill_budget``, the tokens one
+    step holds (vLLM's ``--max-num-batched-tokens``)."""
 
     lengths: RequestLengths | None = None
     burstiness: Burstiness | None = None
     chunked_prefill: bool = False
+    prefill_budget: int = DEFAULT_PREFILL_BUDGET
 
     def rounded(self, step: float = ROUND_STEP) -> Workload:
         """Lengths and burstiness on a grid of relative ``step``: what the planner sizes with, so that a
@@ -501,6 +508,7 @@ class Workload:
             self.lengths.rounded(step) if self.lengths is not None else None,
             self.burstiness.rounded(step) if self.burstiness is not None else None,
             self.chunked_prefill,
+            self.prefill_budget,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -508,4 +516,5 @@ class Workload:
             "lengths": self.lengths.to_json() if self.lengths is not None else None,
             "burstiness": self.burstiness.to_json() if self.burstiness is not None else None,
             "chunkedPrefill": self.chunked_prefill,
+            "prefillBudget": self.prefill_budget,
         }

@@ -694,6 +694,7 @@ class Engine:
             capacity=capacity,
             saturation_floor=cfg.saturation_floor,
             chunked_prefill=cfg.chunked_prefill,
+            prefill_budget=cfg.prefill_budget,
             namespace_caps={
                 ns: namespace_cap(quota, capacity, accelerators) for ns, quota in per_namespace.items()
             }

@@ -76,6 +76,7 @@ from variant_autoscaler.sim.observe import (
     VariantView,
 )
 from variant_autoscaler.sim.policies import Policy
+from variant_autoscaler.sim.replica import token_budget
 from variant_autoscaler.sim.scenario import Scenario, Variant
 from variant_autoscaler.sim.traffic import Arrivals
 
@@ -233,12 +234,25 @@ def plan_inputs(
             "DEFAULT_ACTUATION_MODE": "metrics" if wva_bounds else "patch",
             # The replicas' engine says how they prefill: chunked (v1), or at the batch's pace (wva).
             "CHUNKED_PREFILL": "false" if _batched_prefill(scenario) else "true",
+            # ... and how many tokens one of their steps holds (the smallest budget, where they differ).
+            **({"MAX_NUM_BATCHED_TOKENS": str(budget)} if (budget := _token_budget(scenario)) else {}),
             # The simulated cluster's requests come through an inference gateway, and our operator is
             # configured with its arrival counter (its burstiness is read from it too: observe.py).
             **({} if wva_bounds else {"ARRIVAL_COUNTER": GATEWAY_ARRIVAL_COUNTER}),
         }
     )
     return PlanInputs(vas=vas, accelerator_costs=costs, service_classes=classes, config=config)
+
+
+def _token_budget(scenario: Scenario) -> int | None:
+    """The smallest token budget per step of the scenario's V1 replicas (None: none run V1)."""
+    budgets = [
+        token_budget(p.server, p.max_batch_size)
+        for m in scenario.models
+        for p in m.profiles
+        if p.server is not None and p.server.engine != "wva"
+    ]
+    return min(budgets) if budgets else None
 
 
 def _batched_prefill(scenario: Scenario) -> bool:
@@ -434,6 +448,7 @@ class OptimizerPolicy(Policy):
             optimizer=optimizer_config(cfg),
             capacity=self._capacity_by_device(capacity) if self.mode == "limited" else None,
             chunked_prefill=cfg.chunked_prefill,
+            prefill_budget=cfg.prefill_budget,
         )
         outcome = self.planner.plan(request)
         self.last_outcome = outcome

@@ -93,6 +93,14 @@ ServerFactory = Callable[[Profile, int, int], Server]
 """``factory(profile, max_batch, seed) -> Server``."""
 
 
+def token_budget(server: ServerSpec, max_batch: int) -> int:
+    """The tokens one step of a V1 replica holds (``--max-num-batched-tokens``): the server's setting,
+    else its hardware preset's, else vLLM's 2048; never below the batch (vLLM requires it)."""
+    chosen = preset(server.hardware) if server.hardware else None
+    budget = server.max_num_batched_tokens or (chosen.max_num_batched_tokens if chosen else 2048)
+    return max(budget, max_batch)
+
+
 def v1_config(profile: Profile, server: ServerSpec, max_batch: int, seed: int) -> V1Config:
     """The V1 engine configuration of a replica: step costs, token budget and KV blocks."""
     chosen = preset(server.hardware) if server.hardware else None
@@ -114,11 +122,10 @@ def v1_config(profile: Profile, server: ServerSpec, max_batch: int, seed: int) -
     )
     kv = profile.kv_cache_tokens or (chosen.kv_cache_tokens if chosen else DEFAULT_KV_CACHE_TOKENS)
     blocks = kv // server.block_size
-    budget = server.max_num_batched_tokens or (chosen.max_num_batched_tokens if chosen else 2048)
     return V1Config(
         cost=cost,
         max_num_seqs=max_batch,
-        max_num_batched_tokens=max(budget, max_batch),
+        max_num_batched_tokens=token_budget(server, max_batch),
         block_size=server.block_size,
         num_gpu_blocks=blocks,
         max_model_len=min(profile.max_model_len or MAX_MODEL_LEN, blocks * server.block_size),

@@ -159,6 +159,14 @@ def test_the_forecasts_level_shift_is_four_deviations_by_default_zero_is_off() -
             parse_main_config({"FORECAST_LEVEL_SHIFT": bad})
 
 
+def test_the_servers_token_budget_is_vllms_default_unless_told() -> None:
+    assert parse_main_config({}).prefill_budget == 2048
+    assert parse_main_config({"MAX_NUM_BATCHED_TOKENS": " 8192 "}).prefill_budget == 8192
+    for bad in ("0", "-5", "lots", "2048.5"):
+        with pytest.raises(ConfigError, match="MAX_NUM_BATCHED_TOKENS"):
+            parse_main_config({"MAX_NUM_BATCHED_TOKENS": bad})
+
+
 def test_the_forecasts_history_is_four_hours_by_default_and_zero_turns_it_off() -> None:
     assert parse_main_config({}).forecast_history_seconds == 4 * 3600.0
     assert parse_main_config({"FORECAST_HISTORY": "90m"}).forecast_history_seconds == 5400.0

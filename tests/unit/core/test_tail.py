@@ -261,3 +261,74 @@ def test_the_batch_form_answers_each_request_in_order() -> None:
             slo=ok.slo,
         )
     )
+
+
+# ---- chunked prefill: the step under way ----------------------------------------------------------
+
+
+def test_chunked_miss_is_the_mixture_it_states_integrated_exactly() -> None:
+    # _chunked_miss integrates the rest of the step under way (uniform) and the steps a prompt takes
+    # in closed form over the prompt's piecewise-linear CDF; sampling the same mixture must give the
+    # same shares. A small token budget makes prompts span several steps.
+    burst = Burstiness((1.0, 10.0), (3.0, 4.0), rate=2.0)
+    model = TailModel(A100, 64, LOGNORMAL, burst, chunked_prefill=True, prefill_budget=400)
+    lam = np.array([2.0 / 1000.0])
+    chunked = model._chunked
+    assert chunked is not None
+    f, weights, g = chunked.mix(lam, model._idc)
+    assert 0.0 < f[0, 10] < 1.0 and 0.0 < g[0, 10] < 1.0
+    _, chunk, rest = chunked.chunks()
+    rng = np.random.default_rng(3)
+    n = 400_000
+    values, levels = LOGNORMAL.input.knots()
+    prompt = np.interp(rng.uniform(size=n), levels, values)
+    points, companions = chunked.under_way, chunked.companions
+    for b in (1, 11, 40):
+        step, cap = chunked.step[b - 1], chunked.capacity[b - 1]
+        assert cap == max(400.0 - (b - 1), 1.0)
+        g_b = g[0, b - 1]
+        pick = companions[rng.integers(0, len(companions), n)]
+        companion = np.where(rng.uniform(size=n) < g_b, pick, 0.0)
+        which = rng.choice(len(points), n, p=weights[b - 1])
+        carrying = rng.uniform(size=n) < f[0, b - 1]
+        span = np.where(carrying, step + A100.delta * chunk[b - 1, which], step)
+        ahead = np.where(carrying, rest[b - 1, which], 0.0) + companion
+        steps = np.maximum(np.ceil((ahead + prompt) / cap), 1.0)
+        ttft = rng.uniform(size=n) * span + steps * step + A100.delta * (ahead + prompt)
+        for target in (60.0, 120.0, 250.0):
+            exact = float(chunked.miss(lam, target, model._idc)[0, b - 1])
+            assert exact == pytest.approx(float(np.mean(ttft > target)), abs=4e-3), (b, target)
+
+
+def test_chunked_ttft_grows_with_the_clustering_next_to_an_arrival() -> None:
+    poisson = TailModel(A100, 64, LOGNORMAL, chunked_prefill=True)
+    bursty = TailModel(
+        A100, 64, LOGNORMAL, Burstiness((1.0, 10.0), (4.0, 4.0), rate=2.0), chunked_prefill=True
+    )
+    alone = poisson.ttft_quantile(0.02, 0.99)  # nearly idle: half a lone step + own step, no company
+    p = A100
+    assert alone == pytest.approx(1.5 * p.alpha + p.delta * LOGNORMAL.input.quantile(0.99), rel=0.03)
+    assert bursty.ttft_quantile(2.0, 0.99) > poisson.ttft_quantile(2.0, 0.99) > alone
+    assert bursty.predict(2.0).ttft > poisson.predict(2.0).ttft
+
+
+def test_a_long_prompt_takes_more_steps_on_a_smaller_token_budget() -> None:
+    # Prompts of 1,000-3,000 tokens: within one step of 8,192 tokens, over two to twelve of 256, each
+    # step paying its decodes' α + β·i again.
+    prompts = RequestLengths(TokenLengths((1000.0, 3000.0), (0.0, 1.0)), TokenLengths.fixed(200))
+    big = TailModel(A100, 64, prompts, chunked_prefill=True, prefill_budget=8192)
+    small = TailModel(A100, 64, prompts, chunked_prefill=True, prefill_budget=256)
+    alone = big.ttft_quantile(0.01, 0.5)  # nearly idle: half a lone step + its own, 2,000 tokens
+    assert alone == pytest.approx(1.5 * A100.alpha + A100.delta * 2000, rel=0.02)
+    # At 256 tokens a step (~8 steps for 2,000 tokens) the median adds about 7 more fixed parts.
+    assert small.ttft_quantile(0.01, 0.5) == pytest.approx(alone + 7 * A100.alpha, rel=0.05)
+    assert small.predict(1.0).ttft > big.predict(1.0).ttft
+    sized = [
+        size_tail_allocation(
+            accelerator="A100", unit_cost=40.0, acc_count=1, parms=A100, max_batch_size=64,
+            load=Load(600.0, 2000.0, 200.0), slo=SLO(ttft=600.0, itl=60.0, attainment=99.0),
+            lengths=prompts, chunked_prefill=True, prefill_budget=budget,
+        )
+        for budget in (8192, 256)
+    ]  # fmt: skip
+    assert sized[1].replicas > 2 * sized[0].replicas

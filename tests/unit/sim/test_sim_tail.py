@@ -18,7 +18,7 @@ from variant_autoscaler.sim.observe import ModelView, Observation, VariantView, 
 from variant_autoscaler.sim.optimizing import ours_policy, plan_inputs
 from variant_autoscaler.sim.policies import SaturationPolicy, StaticPolicy
 from variant_autoscaler.sim.runner import checked_oracle, make_policy, make_policy_known, run_policies
-from variant_autoscaler.sim.scenario import ModelSpec
+from variant_autoscaler.sim.scenario import ModelSpec, ServerSpec
 from variant_autoscaler.sim.scenarios import load_bundled
 from variant_autoscaler.sim.simulator import scenario_arrivals
 from variant_autoscaler.sim.traffic import Arrivals
@@ -159,6 +159,7 @@ def test_ours_plans_attainment_classes_ahead_and_the_guard_acts_between_plans() 
     first = policy.decide(obs)
     (request,) = planner.requests
     assert request.chunked_prefill  # the scenario's replicas run the V1 engine
+    assert request.prefill_budget == 2048  # ... with vLLM's token budget per step
     (variant,) = request.variants
     assert variant.ahead_rpm is not None and variant.ahead_rpm > 1200.0  # the forecast's upper quantile
     assert variant.max_batch == 64  # the batch the server runs
@@ -313,3 +314,25 @@ def test_a_plan_outcome_without_an_optimizer_plan_leaves_the_guard_idle() -> Non
     policy.decide(Observation(60.0, {name: _view(name)}, capacity={"A100": 24}, allocated={}))
     burst = _view(name, desired=3, waiting=400.0, waiting_growth=400.0)
     assert policy.decide(Observation(75.0, {name: burst}, capacity={"A100": 24}, allocated={})) == {}
+
+
+def test_ours_plans_with_the_token_budget_its_replicas_run() -> None:
+    """A long prompt takes more steps on a server with a small budget (test_tail.py): ours is told the
+    budget its replicas run (the smallest, where profiles differ)."""
+    sc = load_bundled("flash-crowd")
+    small = replace(
+        sc,
+        models=tuple(
+            replace(
+                m,
+                profiles=tuple(
+                    replace(p, server=replace(p.server or ServerSpec(), max_num_batched_tokens=256))
+                    for p in m.profiles
+                ),
+            )
+            for m in sc.models
+        ),
+    )
+    inputs = plan_inputs(small, mode="unlimited", share_load=False, wva_bounds=False)
+    assert inputs.config.chunked_prefill and inputs.config.prefill_budget == 256
+    assert plan_inputs(sc, mode="unlimited", share_load=False, wva_bounds=False).config.prefill_budget == 2048

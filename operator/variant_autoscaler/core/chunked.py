@@ -1,0 +1,221 @@
+"""The first token of a request on a server that prefills chunked (vLLM V1), for the tail model.
+
+vLLM V1 runs one step at a time over the running decodes and as many prompt tokens as its token budget
+(``--max-num-batched-tokens``) has room for beside them, first come first served; a prompt longer than
+that room is prefilled over several steps. An arrival that finds ``b − 1`` requests decoding therefore
+gets its first token after
+
+* the rest of the step under way, ``U·S`` with ``U`` uniform on (0, 1): a plain decode step ``α + β·(b −
+  1)``, or, when another request's prompt is being prefilled in it (chance ``f``), that step with one
+  chunk of that prompt, whose rest ``R`` is then ahead of the arrival;
+* its own prompt ``L``, and that of an arrival in the same step (chance ``g``: both are scheduled into
+  the next step), prefilled over ``k = ⌈(R + L' + L) / C⌉`` steps, ``C`` the budget less the decodes,
+  each ``α + β·(b − 1)`` plus the prompt tokens it computes:
+
+  ``TTFT = U·S + k·(α + β·(b − 1)) + δ·(R + L' + L)``.
+
+``f`` and ``g`` are the Palm chances that another arrival came while a prompt's steps ran, or in the
+same step: a mean ``λ·T + (IDC(T) − 1)/2`` of them on one side of an arrival over a time ``T`` (``λ·T``
+for Poisson; a bursty stream clusters arrivals next to each other). The other prompts are taken at
+equal-mass points of the prompt lengths, the one under way length-biased (a prompt prefilled for longer
+is likelier met). Over ``U`` and ``L`` the share over a target is integrated in closed form, the
+prompt's CDF being piecewise linear (:class:`~variant_autoscaler.core.workload.TokenLengths`). What the
+form leaves out: more than one prompt queued ahead (a prefill backlog, which matters only when the
+prompts keep the budget busy a large share of the time) and bursts shorter than the shortest window the
+burstiness is measured over (docs/tail-slo.md, "How well it agrees with the engine").
+
+Pure: times in ms, rates in requests per ms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.core.workload import TokenLengths
+
+__all__ = ["ChunkedPrefill"]
+
+FloatArray = npt.NDArray[np.float64]
+#: ``idc(λ, window_ms)``: the index of dispersion a replica's arrivals at rates λ show over a window.
+IdcFn = Callable[[FloatArray, FloatArray], FloatArray]
+
+#: Points of the prompt a prefill in the step under way carries (equal mass).
+UNDER_WAY_POINTS = 8
+#: Points of the prompt of an arrival in the same step (equal mass).
+COMPANION_POINTS = 4
+#: At most this share of arrivals find the step under way carrying another prompt.
+UNDER_WAY_MAX = 0.95
+#: A prompt's prefill is followed over at most this many steps (the rest counts as the last).
+MAX_PREFILL_STEPS = 32
+
+
+def mass_points(knots: tuple[FloatArray, FloatArray], count: int) -> FloatArray:
+    """``count`` points of equal mass of a piecewise-linear CDF (the midpoints of its quantile bins)."""
+    values, levels = knots
+    out: FloatArray = np.interp((np.arange(count) + 0.5) / count, levels, values)
+    return out
+
+
+def sf_integral_knots(values: FloatArray, levels: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``(values, survival, H)`` at the knots of a piecewise-linear CDF: ``H(l) = ∫₀ˡ P(L > y) dy``."""
+    sf = 1.0 - levels
+    h = values[0] + np.concatenate(([0.0], np.cumsum(np.diff(values) * (sf[:-1] + sf[1:]) / 2.0)))
+    return values, sf, h
+
+
+def sf_integral(knots: tuple[FloatArray, FloatArray, FloatArray], x: FloatArray) -> FloatArray:
+    """``H(x) = ∫₀ˣ P(L > y) dy`` (``x`` below the smallest length: ``x``, as P(L > y) = 1 there)."""
+    values, sf, h = knots
+    j = np.clip(np.searchsorted(values, x, side="right") - 1, 0, len(values) - 2)
+    v0, v1 = values[j], values[j + 1]
+    s0, s1 = sf[j], sf[j + 1]
+    u = np.clip(x, v0, v1) - v0
+    at = s0 + (s1 - s0) * u / np.maximum(v1 - v0, 1e-300)
+    inside = h[j] + u * (s0 + at) / 2.0
+    out: FloatArray = np.where(x <= values[0], x, np.where(x >= values[-1], h[-1], inside))
+    return out
+
+
+class ChunkedPrefill:
+    """The TTFT of an arrival beside ``b − 1`` decodes (b = 1..N) on one chunked-prefill server (see
+    the module doc). Built by :class:`~variant_autoscaler.core.tail.TailModel`; what does not depend on
+    the rate is kept for the last target asked (a sizing search asks one target often)."""
+
+    __slots__ = (
+        "_caps",
+        "_delta",
+        "_h_knots",
+        "_knots",
+        "_mean",
+        "_memo",
+        "_step",
+        "companions",
+        "under_way",
+    )
+
+    def __init__(self, parms: ServiceParms, max_batch: int, prompts: TokenLengths, budget: int) -> None:
+        b = np.arange(1.0, max_batch + 1.0)
+        self._delta = parms.delta
+        # The step under way beside b − 1 decodes, and the prompt tokens a step has room for beside them.
+        self._step = parms.alpha + parms.beta * (b - 1.0)
+        self._caps = np.maximum(float(budget) - (b - 1.0), 1.0)
+        self._knots = prompts.knots()
+        self._h_knots = sf_integral_knots(*self._knots)
+        self._mean = prompts.mean
+        # The prompt a step under way carries, and that of an arrival in the same step.
+        self.under_way = mass_points(self._knots, UNDER_WAY_POINTS)
+        self.companions = mass_points(self._knots, COMPANION_POINTS)
+        self._memo: tuple[float, FloatArray] | None = None
+
+    @property
+    def step(self) -> FloatArray:
+        """(N,) the decode step beside ``b − 1`` decodes (ms)."""
+        return self._step
+
+    @property
+    def capacity(self) -> FloatArray:
+        """(N,) the prompt tokens one step has room for beside ``b − 1`` decodes."""
+        return self._caps
+
+    def chunks(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """For the prompt points a step under way may carry (N, K): the steps such a prompt is
+        prefilled over (``⌈x / C⌉``), the tokens of one of its steps (their mean) and what is left of it
+        after the step under way (on average over which of its steps that is)."""
+        cap = self._caps[:, None]
+        x = self.under_way[None, :]
+        steps = np.maximum(np.ceil(x / cap), 1.0)
+        return steps, x / steps, x * (steps - 1.0) / (2.0 * steps)
+
+    def mix(self, lam: FloatArray, idc: IdcFn) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """At rates ``lam`` (G,): the chance ``f`` (G, N) that the step under way prefills another
+        prompt too, the weights (N, K) of the prompt points it then carries, and the chance ``g`` (G,
+        N) that another arrival shares the arrival's step."""
+        s, delta = self._step, self._delta
+        steps, _, _ = self.chunks()
+        busy = steps * s[:, None] + delta * self.under_way[None, :]  # how long a prompt is prefilled for
+        span = busy.mean(axis=1)
+        one = s + delta * np.minimum(self._mean, self._caps)  # one step with a prompt
+        excess = 0.5 * (idc(lam[:, None], span[None, :]) - 1.0)
+        f = np.clip(-np.expm1(-(lam[:, None] * span + excess)), 0.0, UNDER_WAY_MAX)
+        near = 0.5 * (idc(lam[:, None], one[None, :]) - 1.0)
+        g = np.clip(-np.expm1(-(lam[:, None] * one + 2.0 * near)), 0.0, UNDER_WAY_MAX)
+        return f, busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12), g
+
+    def miss(self, lam: FloatArray, target: float, idc: IdcFn) -> FloatArray:
+        """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
+        f, weights, g = self.mix(lam, idc)
+        shares = self._shares(target)  # (N, 1 + K, 1 + K')
+        alone, beside = shares[:, :, 0], shares[:, :, 1:].mean(axis=2)
+        decode = (1.0 - g) * alone[:, 0] + g * beside[:, 0]
+        carrying = (1.0 - g) * np.sum(weights * alone[:, 1:], axis=1)
+        carrying = carrying + g * np.sum(weights * beside[:, 1:], axis=1)
+        out: FloatArray = (1.0 - f) * decode + f * carrying
+        return out
+
+    def mean(self, lam: FloatArray, idc: IdcFn) -> FloatArray:
+        """(G, N): the mean TTFT at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
+        s, delta = self._step, self._delta
+        f, weights, g = self.mix(lam, idc)
+        _, chunk, left = self.chunks()
+        carrying = np.sum(weights * (s[:, None] + delta * chunk), axis=1)
+        rest = 0.5 * ((1.0 - f) * s[None, :] + f * carrying[None, :])  # half the step under way
+        ahead = f * np.sum(weights * left, axis=1)[None, :] + g * self._mean  # prompt tokens first
+        steps = np.ceil((ahead[:, :, None] + self.under_way[None, None, :]) / self._caps[None, :, None])
+        out: FloatArray = rest + np.maximum(steps, 1.0).mean(axis=2) * s + delta * (ahead + self._mean)
+        return out
+
+    def _shares(self, target: float) -> FloatArray:
+        """(N, 1 + K, 1 + K') shares over ``target``: the step under way a decode step (0) or carrying
+        prompt point k (1..K); alone (0) or beside an arrival with prompt point j (1..K')."""
+        if self._memo is not None and self._memo[0] == target:
+            return self._memo[1]
+        s, delta, cap = self._step, self._delta, self._caps
+        _, chunk, rest = self.chunks()
+        zero = np.zeros((len(s), 1))
+        span = np.concatenate((s[:, None], s[:, None] + delta * chunk), axis=1)[:, :, None]  # (N, P, 1)
+        ahead = (
+            np.concatenate((zero, rest), axis=1)[:, :, None]
+            + np.concatenate(([0.0], self.companions))[None, None, :]
+        )
+        shares = self._over(target, s[:, None, None], cap[:, None, None], span, ahead)
+        self._memo = (target, shares)
+        return shares
+
+    def _over(
+        self, target: float, step: FloatArray, cap: FloatArray, span: FloatArray, ahead: FloatArray
+    ) -> FloatArray:
+        """P(U·span + k·step + δ·(ahead + L) > target), ``U`` uniform on (0, 1) and ``k = ⌈(ahead +
+        L)/cap⌉``, summed over the ranges of ``L`` with the same ``k``: on each, the uniform wait
+        against the integral of the prompt's survival function."""
+        delta = self._delta
+        width = np.maximum(span, 1e-9)
+        top = float(self._knots[0][-1])
+        k_max = int(min(MAX_PREFILL_STEPS, np.ceil((top + float(np.max(ahead))) / float(np.min(cap)))))
+        d = max(delta, 1e-12)
+        k = np.arange(1.0, max(k_max, 1) + 1.0)  # the steps to the prompt's last token, last axis
+        step, cap, span, ahead, width = (a[..., None] for a in (step, cap, span, ahead, width))
+        lo_l = (k - 1.0) * cap - ahead  # L in (lo_l, hi_l] takes k steps
+        hi_l = np.where(k == k[-1], np.inf, k * cap - ahead)
+        y_hi = (target - k * step - delta * ahead) / d  # L over this is over the target (U = 0)
+        part = self._clipped(y_hi, y_hi - width / d, lo_l, hi_l)
+        out: FloatArray = np.clip(np.sum(part, axis=-1) * (d / width[..., 0]), 0.0, 1.0)
+        return out
+
+    def _clipped(self, y1: FloatArray, y0: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+        """``G(y1) − G(y0)``, ``G(y) = ∫_lo^y [P(L > clip(v, lo, hi)) − P(L > hi)] dv``: the share of
+        prompts in (lo, hi] over ``v``, integrated."""
+        values, levels = self._knots
+        sf_lo = 1.0 - np.interp(lo, values, levels, left=0.0, right=1.0)
+        sf_hi = 1.0 - np.interp(hi, values, levels, left=0.0, right=1.0)
+        knots = self._h_knots
+
+        def g(y: FloatArray) -> FloatArray:
+            inside = sf_integral(knots, np.minimum(np.maximum(y, lo), hi))
+            out: FloatArray = inside - sf_hi * np.minimum(y, hi) + sf_lo * np.minimum(y - lo, 0.0)
+            return out
+
+        return g(y1) - g(y0)
