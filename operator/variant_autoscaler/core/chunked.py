@@ -8,21 +8,24 @@ gets its first token after
 * the rest of the step under way, ``U·S`` with ``U`` uniform on (0, 1): a plain decode step ``α + β·(b −
   1)``, or, when another request's prompt is being prefilled in it (chance ``f``), that step with one
   chunk of that prompt, whose rest ``R`` is then ahead of the arrival;
-* its own prompt ``L``, and that of an arrival in the same step (chance ``g``: both are scheduled into
-  the next step), prefilled over ``k = ⌈(R + L' + L) / C⌉`` steps, ``C`` the budget less the decodes,
-  each ``α + β·(b − 1)`` plus the prompt tokens it computes:
+* its own prompt ``L``, after the prompts ``Q`` of the ``n`` requests queued for prefill ahead of it or
+  beside it in the same step, prefilled over ``k = ⌈(R + Q + L) / C⌉`` steps, ``C`` the budget less the
+  decodes, each ``α + β·(b − 1)`` plus the prompt tokens it computes:
 
-  ``TTFT = U·S + k·(α + β·(b − 1)) + δ·(R + L' + L)``.
+  ``TTFT = U·S + k·(α + β·(b − 1)) + δ·(R + Q + L)``.
 
-``f`` and ``g`` are the Palm chances that another arrival came while a prompt's steps ran, or in the
-same step: a mean ``λ·T + (IDC(T) − 1)/2`` of them on one side of an arrival over a time ``T`` (``λ·T``
-for Poisson; a bursty stream clusters arrivals next to each other). The other prompts are taken at
-equal-mass points of the prompt lengths, the one under way length-biased (a prompt prefilled for longer
-is likelier met). Over ``U`` and ``L`` the share over a target is integrated in closed form, the
-prompt's CDF being piecewise linear (:class:`~variant_autoscaler.core.workload.TokenLengths`). What the
-form leaves out: more than one prompt queued ahead (a prefill backlog, which matters only when the
-prompts keep the budget busy a large share of the time) and bursts shorter than the shortest window the
-burstiness is measured over (docs/tail-slo.md, "How well it agrees with the engine").
+``f`` is the Palm chance that another arrival came while a prompt's steps ran, ``g`` that one came in
+the same step: a mean ``λ·T + (IDC(T) − 1)/2`` of them on one side of an arrival over a time ``T``
+(``λ·T`` for Poisson; a bursty stream clusters arrivals next to each other). The number queued is
+geometric, ``P(n ≥ j) = gʲ``: each prompt ahead holds the budget longer, and so lets the next one
+arrive while it waits (measured on the V1-like engine replaying the Azure trace: 27 %, 7 %, 2 % of
+arrivals had at least one, two, three others not yet at their first token). The other prompts are
+taken at equal-mass points of the prompt lengths (of the sum of ``n`` of them), the one under way
+length-biased (a prompt prefilled for longer is likelier met). Over ``U`` and ``L`` the share over a
+target is integrated in closed form, the prompt's CDF being piecewise linear
+(:class:`~variant_autoscaler.core.workload.TokenLengths`). What the form leaves out: bursts shorter
+than the shortest window the burstiness is measured over (docs/tail-slo.md, "How well it agrees with
+the engine").
 
 Pure: times in ms, rates in requests per ms.
 """
@@ -45,10 +48,13 @@ IdcFn = Callable[[FloatArray, FloatArray], FloatArray]
 
 #: Points of the prompt a prefill in the step under way carries (equal mass).
 UNDER_WAY_POINTS = 8
-#: Points of the prompt of an arrival in the same step (equal mass).
-COMPANION_POINTS = 4
+#: Points of the prompts queued ahead of an arrival, by their number: one prompt, two, three (equal mass
+#: of the sum of that many prompts). Three stands for three or more.
+QUEUED_POINTS = (4, 2, 2)
 #: At most this share of arrivals find the step under way carrying another prompt.
 UNDER_WAY_MAX = 0.95
+#: The shares over a target are computed at up to this many batch sizes, interpolated between.
+BATCH_GRID = 16
 #: A prompt's prefill is followed over at most this many steps (the rest counts as the last).
 MAX_PREFILL_STEPS = 32
 
@@ -93,7 +99,7 @@ class ChunkedPrefill:
         "_mean",
         "_memo",
         "_step",
-        "companions",
+        "queued",
         "under_way",
     )
 
@@ -106,10 +112,19 @@ class ChunkedPrefill:
         self._knots = prompts.knots()
         self._h_knots = sf_integral_knots(*self._knots)
         self._mean = prompts.mean
-        # The prompt a step under way carries, and that of an arrival in the same step.
+        # The prompt a step under way carries, and those queued ahead of an arrival: for one, two and
+        # three of them, equal-mass points of the sum of that many prompts (from the under-way points).
         self.under_way = mass_points(self._knots, UNDER_WAY_POINTS)
-        self.companions = mass_points(self._knots, COMPANION_POINTS)
-        self._memo: tuple[float, FloatArray] | None = None
+        sums = [self.under_way]
+        for _ in QUEUED_POINTS[1:]:
+            sums.append((sums[-1][:, None] + self.under_way[None, :]).ravel())
+        self.queued = np.concatenate(
+            [
+                np.quantile(total, (np.arange(count) + 0.5) / count)
+                for total, count in zip(sums, QUEUED_POINTS, strict=True)
+            ]
+        )
+        self._memo: tuple[float, FloatArray, FloatArray] | None = None
 
     @property
     def step(self) -> FloatArray:
@@ -132,8 +147,8 @@ class ChunkedPrefill:
 
     def mix(self, lam: FloatArray, idc: IdcFn) -> tuple[FloatArray, FloatArray, FloatArray]:
         """At rates ``lam`` (G,): the chance ``f`` (G, N) that the step under way prefills another
-        prompt too, the weights (N, K) of the prompt points it then carries, and the chance ``g`` (G,
-        N) that another arrival shares the arrival's step."""
+        prompt too, the weights (N, K) of the prompt points it then carries, and the ratio ``g`` (G, N)
+        of the geometric number of prompts queued ahead of an arrival (``P(n ≥ j) = gʲ``)."""
         s, delta = self._step, self._delta
         steps, _, _ = self.chunks()
         busy = steps * s[:, None] + delta * self.under_way[None, :]  # how long a prompt is prefilled for
@@ -147,13 +162,21 @@ class ChunkedPrefill:
 
     def miss(self, lam: FloatArray, target: float, idc: IdcFn) -> FloatArray:
         """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
-        f, weights, g = self.mix(lam, idc)
-        shares = self._shares(target)  # (N, 1 + K, 1 + K')
-        alone, beside = shares[:, :, 0], shares[:, :, 1:].mean(axis=2)
-        decode = (1.0 - g) * alone[:, 0] + g * beside[:, 0]
-        carrying = (1.0 - g) * np.sum(weights * alone[:, 1:], axis=1)
-        carrying = carrying + g * np.sum(weights * beside[:, 1:], axis=1)
-        out: FloatArray = (1.0 - f) * decode + f * carrying
+        f, _, g = self.mix(lam, idc)
+        decode, carrying = self._shares(target)  # (N, 1 + J) each: by what is queued ahead
+        queued = self._queued_weights(g)  # (G, N, 1 + J)
+        out: FloatArray = (1.0 - f) * np.sum(queued * decode, axis=2) + f * np.sum(queued * carrying, axis=2)
+        return out
+
+    @staticmethod
+    def _queued_weights(g: FloatArray) -> FloatArray:
+        """(G, N, 1 + J): the weight of no prompt queued ahead and of each queued point, the number
+        queued geometric with ratio ``g`` (three standing for three or more)."""
+        counts = [1.0 - g, g * (1.0 - g), g * g * (1.0 - g), g * g * g]
+        parts = [counts[0][..., None]]
+        for c, points in zip(counts[1:], QUEUED_POINTS, strict=True):
+            parts.append(np.repeat((c / points)[..., None], points, axis=-1))
+        out: FloatArray = np.concatenate(parts, axis=-1)
         return out
 
     def mean(self, lam: FloatArray, idc: IdcFn) -> FloatArray:
@@ -163,27 +186,36 @@ class ChunkedPrefill:
         _, chunk, left = self.chunks()
         carrying = np.sum(weights * (s[:, None] + delta * chunk), axis=1)
         rest = 0.5 * ((1.0 - f) * s[None, :] + f * carrying[None, :])  # half the step under way
-        ahead = f * np.sum(weights * left, axis=1)[None, :] + g * self._mean  # prompt tokens first
+        queued = g + g * g + g * g * g  # the mean number queued ahead (three for three or more)
+        ahead = f * np.sum(weights * left, axis=1)[None, :] + queued * self._mean  # prompt tokens first
         steps = np.ceil((ahead[:, :, None] + self.under_way[None, None, :]) / self._caps[None, :, None])
         out: FloatArray = rest + np.maximum(steps, 1.0).mean(axis=2) * s + delta * (ahead + self._mean)
         return out
 
-    def _shares(self, target: float) -> FloatArray:
-        """(N, 1 + K, 1 + K') shares over ``target``: the step under way a decode step (0) or carrying
-        prompt point k (1..K); alone (0) or beside an arrival with prompt point j (1..K')."""
+    def _shares(self, target: float) -> tuple[FloatArray, FloatArray]:
+        """(N, 1 + J) shares over ``target`` with no prompt queued ahead (0) or the queued point j
+        (1..J): the step under way a decode step, and carrying a prompt (over its points, weighted as
+        :meth:`mix` weighs them: neither depends on the rate). Computed at up to ``BATCH_GRID`` batch
+        sizes and interpolated between them (the step and its room are linear in the batch)."""
         if self._memo is not None and self._memo[0] == target:
-            return self._memo[1]
-        s, delta, cap = self._step, self._delta, self._caps
-        _, chunk, rest = self.chunks()
-        zero = np.zeros((len(s), 1))
-        span = np.concatenate((s[:, None], s[:, None] + delta * chunk), axis=1)[:, :, None]  # (N, P, 1)
+            return self._memo[1], self._memo[2]
+        n = len(self._step)
+        at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, BATCH_GRID))).astype(int))
+        s, cap, delta = self._step[at], self._caps[at], self._delta
+        steps, chunk, rest = (a[at] for a in self.chunks())
+        span = np.concatenate((s[:, None], s[:, None] + delta * chunk), axis=1)[:, :, None]  # (B, P, 1)
         ahead = (
-            np.concatenate((zero, rest), axis=1)[:, :, None]
-            + np.concatenate(([0.0], self.companions))[None, None, :]
+            np.concatenate((np.zeros((len(at), 1)), rest), axis=1)[:, :, None]
+            + np.concatenate(([0.0], self.queued))[None, None, :]
         )
-        shares = self._over(target, s[:, None, None], cap[:, None, None], span, ahead)
-        self._memo = (target, shares)
-        return shares
+        shares = self._over(target, s[:, None, None], cap[:, None, None], span, ahead)  # (B, 1 + K, 1 + J)
+        busy = steps * s[:, None] + delta * self.under_way[None, :]
+        weights = busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12)
+        grid = (shares[:, 0, :], np.einsum("bkj,bk->bj", shares[:, 1:, :], weights))
+        every = np.arange(float(n))
+        decode, carrying = (np.stack([np.interp(every, at, column) for column in g.T], axis=1) for g in grid)
+        self._memo = (target, decode, carrying)
+        return decode, carrying
 
     def _over(
         self, target: float, step: FloatArray, cap: FloatArray, span: FloatArray, ahead: FloatArray
@@ -194,12 +226,14 @@ class ChunkedPrefill:
         delta = self._delta
         width = np.maximum(span, 1e-9)
         top = float(self._knots[0][-1])
-        k_max = int(min(MAX_PREFILL_STEPS, np.ceil((top + float(np.max(ahead))) / float(np.min(cap)))))
+        # The steps to the prompt's last token, last axis: from the first step that reaches past what is
+        # ahead, as many as the longest prompt can need (the last one open-ended).
+        count = int(min(MAX_PREFILL_STEPS, np.ceil(top / float(np.min(cap))) + 1.0))
         d = max(delta, 1e-12)
-        k = np.arange(1.0, max(k_max, 1) + 1.0)  # the steps to the prompt's last token, last axis
         step, cap, span, ahead, width = (a[..., None] for a in (step, cap, span, ahead, width))
+        k = np.floor(ahead / cap) + 1.0 + np.arange(float(count))
         lo_l = (k - 1.0) * cap - ahead  # L in (lo_l, hi_l] takes k steps
-        hi_l = np.where(k == k[-1], np.inf, k * cap - ahead)
+        hi_l = np.where(np.arange(count) == count - 1, np.inf, k * cap - ahead)
         y_hi = (target - k * step - delta * ahead) / d  # L over this is over the target (U = 0)
         part = self._clipped(y_hi, y_hi - width / d, lo_l, hi_l)
         out: FloatArray = np.clip(np.sum(part, axis=-1) * (d / width[..., 0]), 0.0, 1.0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from variant_autoscaler.core.analyzer import SLO, Load, size_allocation
+from variant_autoscaler.core.chunked import QUEUED_POINTS
 from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms, TargetPerf
 from variant_autoscaler.core.tail import (
     TailModel,
@@ -282,13 +283,18 @@ def test_chunked_miss_is_the_mixture_it_states_integrated_exactly() -> None:
     n = 400_000
     values, levels = LOGNORMAL.input.knots()
     prompt = np.interp(rng.uniform(size=n), levels, values)
-    points, companions = chunked.under_way, chunked.companions
+    points = chunked.under_way
+    queued = np.split(chunked.queued, np.cumsum(QUEUED_POINTS)[:-1])  # the points of 1, 2, 3 queued
     for b in (1, 11, 40):
         step, cap = chunked.step[b - 1], chunked.capacity[b - 1]
         assert cap == max(400.0 - (b - 1), 1.0)
         g_b = g[0, b - 1]
-        pick = companions[rng.integers(0, len(companions), n)]
-        companion = np.where(rng.uniform(size=n) < g_b, pick, 0.0)
+        # prompts queued ahead: geometric in number with ratio g (three standing for three or more)
+        number = np.minimum(rng.geometric(1.0 - g_b, n) - 1, 3)
+        companion = np.zeros(n)
+        for count in (1, 2, 3):
+            picked = queued[count - 1][rng.integers(0, len(queued[count - 1]), n)]
+            companion = np.where(number == count, picked, companion)
         which = rng.choice(len(points), n, p=weights[b - 1])
         carrying = rng.uniform(size=n) < f[0, b - 1]
         span = np.where(carrying, step + A100.delta * chunk[b - 1, which], step)
