@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from variant_autoscaler.cli import main
+from variant_autoscaler.commands.plan import build_inputs
 from variant_autoscaler.core.inferred_slo import infer_slo
 from variant_autoscaler.core.model import Profile
 from variant_autoscaler.core.queueing import ServiceParms
@@ -185,6 +186,7 @@ def test_the_queueing_model_configmap_gives_classless_models_their_slos(
         ({"queueingModel": {"default": "sloMultiplier: 1"}}, "field 'queueingModel': queueingModel[default]"),
         ({"optimizer": {"saturationPolicy": "Fair"}}, "field 'optimizer.saturationPolicy'"),
         ({"optimizer": {"unlimitd": False}}, "field 'optimizer.unlimitd'"),
+        ({"optimizer": {"maxNumBatchedTokens": 0}}, "field 'optimizer.maxNumBatchedTokens'"),
         ({"accelerators": None}, "field 'accelerators'"),
         ({"accelerators": {"A100": {"device": "x", "cost": "lots"}}}, "accelerator-unit-costs[A100].cost"),
         ({"serviceClasses": [{"priority": 1}]}, "field 'serviceClasses'"),
@@ -288,3 +290,18 @@ def test_namespace_capacity_caps_a_namespaces_variants(
     kept = variants["llm-d-sim/premium-b"]
     assert (kept["accelerator"], kept["replicas"]) == ("G2", 2)
     assert "kept off NVIDIA-A100-PCIE-80GB" in kept["reason"]
+
+
+def test_the_servers_prefill_is_the_operators_default_unless_the_file_says() -> None:
+    """As the operator's CHUNKED_PREFILL and MAX_NUM_BATCHED_TOKENS: vLLM V1's chunked prefill with its
+    2,048-token budget, unless the optimizer section says otherwise."""
+    request = build_inputs(base_document()).request
+    assert request.chunked_prefill and request.prefill_budget == 2048
+    document = base_document()
+    document["optimizer"] = {
+        **document.get("optimizer", {}),
+        "chunkedPrefill": False,
+        "maxNumBatchedTokens": 8192,
+    }
+    request = build_inputs(document).request
+    assert not request.chunked_prefill and request.prefill_budget == 8192

@@ -49,6 +49,7 @@ from variant_autoscaler.api.documents import load_document
 from variant_autoscaler.api.queueing_config import parse_queueing_config
 from variant_autoscaler.api.v1alpha1 import ModelProfile
 from variant_autoscaler.core.model import OptimizerConfig, Plan, SaturationPolicy
+from variant_autoscaler.core.workload import DEFAULT_PREFILL_BUDGET
 from variant_autoscaler.errors import ConfigError
 from variant_autoscaler.planner import (
     NamespaceCap,
@@ -75,6 +76,10 @@ class OptimizerSection(_Strict):
     batch_sizes: int = Field(default=4, alias="batchSizes", ge=1, le=16)
     mip_rel_gap: float = Field(default=1e-4, alias="mipRelGap", ge=0.0, lt=1.0)
     time_limit: float = Field(default=10.0, alias="timeLimit", gt=0.0)
+    # How the servers prefill, for attainment classes (the operator's CHUNKED_PREFILL and
+    # MAX_NUM_BATCHED_TOKENS).
+    chunked_prefill: bool = Field(default=True, alias="chunkedPrefill")
+    max_num_batched_tokens: int = Field(default=DEFAULT_PREFILL_BUDGET, alias="maxNumBatchedTokens", ge=1)
 
 
 class LoadSection(_Strict):
@@ -242,6 +247,8 @@ def build_inputs(document: object) -> PlanInputs:
         optimizer=config,
         capacity=dict(section.capacity),
         group_load_is_total=False,
+        chunked_prefill=section.optimizer.chunked_prefill,
+        prefill_budget=section.optimizer.max_num_batched_tokens,
         namespace_caps={
             ns: NamespaceCap(dict(devices), "the plan file's namespaceCapacity")
             for ns, devices in section.namespace_capacity.items()
