@@ -372,6 +372,15 @@ class LearnedParameter(_Model):
     note: str | None = Field(default=None, max_length=LEARNED_NOTE_MAX)
 
 
+class SlowReplicaStatus(_Model):
+    """A pod of the variant that decodes slower than its peers (core/slow_replicas.py)."""
+
+    pod: str = Field(min_length=1, max_length=253)
+    ratio: _Decimal | None = None
+    itl_ms: _Decimal | None = Field(default=None, alias="itlMs")
+    judged_time: datetime | None = Field(default=None, alias="judgedTime")
+
+
 class LearnedProfileStatus(_Model):
     """``status.learnedProfile``: the profile learned online, the source that sized the variant, and the
     estimator's state (compact JSON) that a restarted operator continues from (docs/profiles.md)."""
@@ -392,6 +401,7 @@ class LearnedProfileStatus(_Model):
     last_run_time: datetime | None = Field(default=None, alias="lastRunTime")
     note: str | None = Field(default=None, max_length=LEARNED_NOTE_MAX)
     state: str | None = Field(default=None, max_length=LEARNED_STATE_MAX)
+    slow_replicas: list[SlowReplicaStatus] | None = Field(default=None, alias="slowReplicas", max_length=10)
 
 
 class ForecastStatus(_Model):

@@ -40,6 +40,7 @@ from variant_autoscaler.core.profile_choice import (
     choose_profile,
 )
 from variant_autoscaler.core.queueing import ServiceParms
+from variant_autoscaler.core.slow_replicas import SlowReplicas, from_status, slow_replicas, to_status
 from variant_autoscaler.core.status import format_time
 from variant_autoscaler.errors import ModelError
 
@@ -50,6 +51,8 @@ __all__ = [
     "ACCELERATOR_LABEL",
     "NOTE_MAX",
     "REASON_MAX",
+    "REASON_SLOW_REPLICA",
+    "REASON_SLOW_REPLICA_GONE",
     "REASON_SOURCE_CHANGED",
     "REASON_STATE_RESET",
     "STATE_MAX",
@@ -68,6 +71,10 @@ _FIGURE_CAP = 1e15
 
 REASON_SOURCE_CHANGED = "ProfileSourceChanged"
 REASON_STATE_RESET = "LearnedProfileReset"
+REASON_SLOW_REPLICA = "SlowReplica"
+REASON_SLOW_REPLICA_GONE = "SlowReplicaRecovered"
+#: A pod listed slow that has not been judged since (idle, or gone) is dropped from the list after this.
+SLOW_KEPT_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +182,7 @@ def learn(inp: LearningInputs) -> LearningResult:
         note = _str(inp.stored.get("note"), NOTE_MAX) or None  # the last start-over stays on record
     status = learned_status(inp.accelerator, state, learned, choice, inp.now, note=note)
     events: list[EventSpec] = []
+    _slow_pods(inp, learned, status, events, now)
     if unreadable and note is not None:
         events.append(EventSpec(REASON_STATE_RESET, f"learned profile {note}", "Warning", f"reset|{now}"))
     if previous is not None and previous is not choice.source:
@@ -187,6 +195,32 @@ def learn(inp: LearningInputs) -> LearningResult:
             )
         )
     return LearningResult(state, learned, choice, status, tuple(events), previous)
+
+
+def _slow_pods(
+    inp: LearningInputs, learned: LearnedProfile, status: dict[str, Any], events: list[EventSpec], now: float
+) -> None:
+    """The pods decoding slower than their peers (core/slow_replicas.py): listed in the status, an
+    Event when a pod is first found slow and when one judged again no longer is. A listed pod that
+    cannot be judged this cycle (no window: idle, or windows not collected) stays listed for
+    :data:`SLOW_KEPT_SECONDS` after it was last judged."""
+    stored = from_status(inp.stored)
+    was = {str(e["pod"]) for e in stored}
+    verdict = (
+        slow_replicas(inp.windows, learned.alpha.value, learned.beta.value, inp.max_batch)
+        if inp.collected
+        else SlowReplicas()
+    )
+    keep_after = format_time(datetime.fromtimestamp(now - SLOW_KEPT_SECONDS, UTC))
+    status["slowReplicas"] = to_status(verdict, stored, format_time(inp.now), keep_after)
+    for s in verdict.slow:
+        if s.pod not in was:
+            message = s.describe()[:REASON_MAX]
+            events.append(EventSpec(REASON_SLOW_REPLICA, message, "Warning", f"slow|{s.pod}|{now}"))
+    slow_now = {s.pod for s in verdict.slow}
+    for pod in sorted((was & verdict.judged) - slow_now):
+        message = f"pod {pod} decodes as fast as its peers again"
+        events.append(EventSpec(REASON_SLOW_REPLICA_GONE, message, "Normal", f"slow-gone|{pod}|{now}"))
 
 
 # --- the status object ----------------------------------------------------------------------------------
