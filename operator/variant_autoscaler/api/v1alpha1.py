@@ -373,11 +373,11 @@ class LearnedParameter(_Model):
 
 
 class SlowReplicaStatus(_Model):
-    """A pod of the variant that decodes slower than its peers (core/slow_replicas.py)."""
+    """A pod of the variant slower than its peers (core/slow_replicas.py)."""
 
     pod: str = Field(min_length=1, max_length=253)
     ratio: _Decimal | None = None
-    itl_ms: _Decimal | None = Field(default=None, alias="itlMs")
+    service_seconds: _Decimal | None = Field(default=None, alias="serviceSeconds")
     judged_time: datetime | None = Field(default=None, alias="judgedTime")
 
 

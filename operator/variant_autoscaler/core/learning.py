@@ -182,7 +182,7 @@ def learn(inp: LearningInputs) -> LearningResult:
         note = _str(inp.stored.get("note"), NOTE_MAX) or None  # the last start-over stays on record
     status = learned_status(inp.accelerator, state, learned, choice, inp.now, note=note)
     events: list[EventSpec] = []
-    _slow_pods(inp, learned, status, events, now)
+    _slow_pods(inp, status, events, now)
     if unreadable and note is not None:
         events.append(EventSpec(REASON_STATE_RESET, f"learned profile {note}", "Warning", f"reset|{now}"))
     if previous is not None and previous is not choice.source:
@@ -197,29 +197,22 @@ def learn(inp: LearningInputs) -> LearningResult:
     return LearningResult(state, learned, choice, status, tuple(events), previous)
 
 
-def _slow_pods(
-    inp: LearningInputs, learned: LearnedProfile, status: dict[str, Any], events: list[EventSpec], now: float
-) -> None:
-    """The pods decoding slower than their peers (core/slow_replicas.py): listed in the status, an
-    Event when a pod is first found slow and when one judged again no longer is. A listed pod that
-    cannot be judged this cycle (no window: idle, or windows not collected) stays listed for
+def _slow_pods(inp: LearningInputs, status: dict[str, Any], events: list[EventSpec], now: float) -> None:
+    """The pods slower than their peers (core/slow_replicas.py): listed in the status, an Event when a
+    pod is first found slow and when one judged again is back in line. A listed pod that cannot be
+    judged this cycle (no window: idle, or windows not collected) stays listed for
     :data:`SLOW_KEPT_SECONDS` after it was last judged."""
     stored = from_status(inp.stored)
     was = {str(e["pod"]) for e in stored}
-    verdict = (
-        slow_replicas(inp.windows, learned.alpha.value, learned.beta.value, inp.max_batch)
-        if inp.collected
-        else SlowReplicas()
-    )
+    verdict = slow_replicas(inp.windows) if inp.collected else SlowReplicas()
     keep_after = format_time(datetime.fromtimestamp(now - SLOW_KEPT_SECONDS, UTC))
     status["slowReplicas"] = to_status(verdict, stored, format_time(inp.now), keep_after)
     for s in verdict.slow:
         if s.pod not in was:
             message = s.describe()[:REASON_MAX]
             events.append(EventSpec(REASON_SLOW_REPLICA, message, "Warning", f"slow|{s.pod}|{now}"))
-    slow_now = {s.pod for s in verdict.slow}
-    for pod in sorted((was & verdict.judged) - slow_now):
-        message = f"pod {pod} decodes as fast as its peers again"
+    for pod in sorted(p for p in was if verdict.recovered(p)):
+        message = f"pod {pod} serves its requests as fast as its peers again"
         events.append(EventSpec(REASON_SLOW_REPLICA_GONE, message, "Normal", f"slow-gone|{pod}|{now}"))
 
 
