@@ -166,13 +166,15 @@ def drive(
     hand: ServiceParms | None = None,
     state: EstimatorState | None = None,
     known_batch: bool = False,
+    observe: Callable[[Sequence[PodWindow]], None] | None = None,
 ) -> list[Cycle]:
     """``seconds`` of traffic at levels moving between LOW and HIGH of ``capacity`` (req/s, all the pods
     together), each arrival routed to a pod at random with ``request(rng)`` = (prompt, output) tokens;
     the estimator's view after every cycle.
 
     ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``);
-    ``known_batch``: the windows carry the batch their requests joined (see ``Pod.window``).
+    ``known_batch``: the windows carry the batch their requests joined (see ``Pod.window``);
+    ``observe``: called with every cycle's windows.
     """
     segments = levels(rng, seconds)
     starts = [s for s, _ in segments]
@@ -193,6 +195,8 @@ def drive(
             now = next_cycle
             found = (pod.window(now, WINDOW_S, MODEL, known_batch=known_batch) for pod in pods)
             windows = [w for w in found if w is not None]
+            if observe is not None:
+                observe(windows)
             est = update(est, windows, now=now, prior=hand, max_batch=max_batch).state
             learned = learned_profile(est, hand)
             choice = choose_profile(ProfileMode.AUTO, hand, learned, previous=source)

@@ -30,12 +30,12 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pod_windows import CYCLE_S, HIGH, LOW, MODEL, SCRAPE_S, WINDOW_S, Cycle, Pod, drive
 from variant_autoscaler.core.analyzer import SLO, Load
-from variant_autoscaler.core.estimator import EstimatorState, LearnedProfile
+from variant_autoscaler.core.estimator import EstimatorState, LearnedProfile, PodWindow
 from variant_autoscaler.core.model import (
     AcceleratorType,
     OptimizerConfig,
@@ -46,6 +46,7 @@ from variant_autoscaler.core.model import (
 from variant_autoscaler.core.optimizer import optimize
 from variant_autoscaler.core.profile_choice import DEFAULT_THRESHOLD, ProfileSource
 from variant_autoscaler.core.queueing import QueueAnalyzer, RequestSize, ServiceParms, TargetPerf
+from variant_autoscaler.core.slow_replicas import SLOW_RATIO, slow_replicas
 from vllm_emulator.distributions import parse_distribution
 from vllm_emulator.engine import Engine, EngineConfig
 from vllm_emulator.engine import Profile as EngineProfile
@@ -98,12 +99,16 @@ def simulate(
     hand: ServiceParms | None = None,
     state: EstimatorState | None = None,
     known_batch: bool = False,
+    slow_factor: float | None = None,
+    observe: Callable[[Sequence[PodWindow]], None] | None = None,
 ) -> list[Cycle]:
     """Run ``case`` for ``minutes`` of traffic; the estimator's view after every cycle.
 
     ``hand``: a hand profile (the estimator's prior, and the spec side of ``choose_profile``);
     ``known_batch``: the windows also carry the batch their requests joined, which the engine knows and
-    vLLM does not export (the floor of an estimator working from vLLM's metrics).
+    vLLM does not export (the floor of an estimator working from vLLM's metrics); ``slow_factor``: the
+    first pod's engine that many times slower (all four step costs: a degraded node); ``observe``:
+    called with every cycle's pod windows.
     """
     rng = random.Random(seed)
     lin = parse_distribution(case.input_tokens)
@@ -124,8 +129,18 @@ def simulate(
     def request(rng: random.Random) -> tuple[int, int]:
         return min(lin.sample(rng), 6000), min(lout.sample(rng), 1000)
 
+    slowed = (
+        ServiceParms(
+            *(
+                slow_factor * x
+                for x in (case.parms.alpha, case.parms.beta, case.parms.gamma, case.parms.delta)
+            )
+        )
+        if slow_factor
+        else case.parms
+    )
     pods = [
-        Pod(f"pod-{i}", engine_for(case.parms, i, 0.0), EmulatorMetrics(MODEL, 8192))
+        Pod(f"pod-{i}", engine_for(slowed if i == 0 else case.parms, i, 0.0), EmulatorMetrics(MODEL, 8192))
         for i in range(case.replicas)
     ]
     capacity = _capacity(case) * case.replicas
@@ -139,6 +154,7 @@ def simulate(
         hand=hand,
         state=state,
         known_batch=known_batch,
+        observe=observe,
     )
 
 
@@ -360,9 +376,70 @@ def _later_verdict(results: Sequence[WorkloadResult]) -> str:
     return text
 
 
+SLOW_FACTOR = 1.5
+
+
+@dataclass
+class SlowTally:
+    """Over a case's runs: pods reported slow where all are alike; runs in which the slowed pod was
+    reported, the cycles that took (counted from 1), other pods reported, reports back in line."""
+
+    alike_reported: int = 0
+    found_runs: int = 0
+    found_cycle: list[int] = field(default_factory=list)
+    others_reported: int = 0
+    back: int = 0
+
+
+def _slow_run(case: Case, seed: int, slow: bool) -> tuple[list[tuple[str, int]], int]:
+    """(pods first reported and in which cycle, reports back in line) over one run, the operator's
+    listing rule: a pod is reported when first found slow and back in line once judged under its
+    recovery ratio."""
+    listed: set[str] = set()
+    found: list[tuple[str, int]] = []
+    back = [0]
+    cycle = [0]
+
+    def observe(windows: Sequence[PodWindow]) -> None:
+        cycle[0] += 1
+        verdict = slow_replicas(windows)
+        for s in verdict.slow:
+            if s.pod not in listed:
+                listed.add(s.pod)
+                found.append((s.pod, cycle[0]))
+        for pod in sorted(listed):
+            if verdict.recovered(pod):
+                listed.discard(pod)
+                back[0] += 1
+
+    simulate(case, seed, MINUTES, slow_factor=SLOW_FACTOR if slow else None, observe=observe)
+    return found, back[0]
+
+
+def slow_replica_rows(seeds: Sequence[int]) -> list[tuple[str, str, SlowTally]]:
+    """Every workload × case, all pods alike and the first pod :data:`SLOW_FACTOR` times slower."""
+    out = []
+    for workload in WORKLOADS:
+        for case in _cases(workload):
+            tally = SlowTally()
+            for seed in seeds:
+                found, back = _slow_run(case, seed, slow=False)
+                tally.alike_reported += len(found)
+                tally.back += back
+                found, back = _slow_run(case, seed, slow=True)
+                mine = [c for pod, c in found if pod == "pod-0"]
+                tally.found_runs += bool(mine)
+                tally.found_cycle += mine[:1]
+                tally.others_reported += len([pod for pod, _ in found if pod != "pod-0"])
+                tally.back += back
+            out.append((workload.name, case.name, tally))
+    return out
+
+
 def run(seeds: Sequence[int] = SEEDS) -> str:
     started = time.perf_counter()
     results = [measure_workload(w, seeds) for w in WORKLOADS]
+    slow = slow_replica_rows(seeds)
     elapsed = time.perf_counter() - started
     lines = [
         "## Profile learning: the online estimator against emulated replicas",
@@ -484,6 +561,26 @@ def run(seeds: Sequence[int] = SEEDS) -> str:
             worst = f"{max(done):.0f} min" if done else "-"
             median = f"{statistics.median(done):.0f} min" if done else "-"
             lines.append(f"| {r.workload.name} | {label} | {median} | {worst} | {len(done)} of {len(runs)} |")
+    lines += [
+        "",
+        "### Slow replicas",
+        "",
+        "The same cases and seeds, 10-minute runs, each twice: all pods alike, and the first pod's engine "
+        f"{SLOW_FACTOR:g} times slower (all four step costs, as on a degraded node). Every cycle the pod "
+        "windows go through `core.slow_replicas` with the operator's listing rule (a pod is reported when "
+        f"first found at {SLOW_RATIO:g} times its peers' time in service, and back in line under the "
+        "recovery ratio).",
+        "",
+        "| workload | accelerator | all alike: pods reported | one slow: runs it was reported in "
+        "| cycles until reported (worst) | one slow: other pods reported | reports back in line |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, case, t in slow:
+        worst = max(t.found_cycle) if t.found_cycle else "-"
+        lines.append(
+            f"| {name} | {case} | {t.alike_reported} | {t.found_runs} of {len(seeds)} | {worst} "
+            f"| {t.others_reported} | {t.back} |"
+        )
     lines += ["", f"The whole benchmark took {elapsed:.0f} s."]
     return "\n".join(lines) + "\n"
 
