@@ -27,7 +27,9 @@ An arrival that waits waits an exponential time with the rate ``η = Λ_A(θ*)``
 Poisson arrivals and exponential services, ``μ_N − λ``: the analyzer's own wait). The per-request mean ITL
 is ``α + β·b`` with ``b`` the batch a request in service sees (size-biased), a slightly conservative
 reading since a request averages its batch over its life. The queue is unbounded (the gateway holds
-requests), unlike the analyzer's ``K = 11·N``.
+requests), unlike the analyzer's ``K = 11·N``. On a server that prefills chunked (vLLM V1) an arrival
+that starts at once gets its first token as :mod:`variant_autoscaler.core.chunked` gives it: after the
+rest of the step under way and the prompts ahead of it, over the steps its prompt needs.
 
 Everything is pure: times in ms, rates in requests per second at the public surface (per ms inside).
 """
@@ -245,7 +247,9 @@ class TailModel:
 
     The burstiness a replica sees is the stream's thinned to its share (:meth:`Burstiness.split`): the
     IDC at one service time ``S`` widens the chain below ``N``, the IDC over the time a queue takes to
-    build up sets how fast the queue decays.
+    build up sets how fast the queue decays. ``chunked_prefill``: the server prefills inside its steps
+    (vLLM V1), ``prefill_budget`` tokens a step (``--max-num-batched-tokens``; core/chunked.py), rather
+    than at the pace of the whole batch (WVA's accounting).
     """
 
     __slots__ = (
@@ -307,9 +311,9 @@ class TailModel:
         own = parms.delta * (1.0 if chunked_prefill else n)
         var = own**2 * lengths.input.variance + (parms.alpha + parms.beta * n) ** 2 * lengths.output.variance
         # TTFT of an arrival that finds b − 1 others running (b = 1..N): pre0[b] + pre1[b]·L. WVA's
-        # accounting prefills at batch b, γ + δ·L·b; a chunked prefill (vLLM V1) runs inside one step
-        # beside the b − 1 decodes, after the rest of the step under way (half of one, on average):
-        # 1.5·(α + β·(b − 1)) + δ·L.
+        # accounting prefills at batch b, γ + δ·L·b. A chunked prefill (vLLM V1) runs inside the steps
+        # beside the b − 1 decodes: an arrival that starts at once is core/chunked.py's; one that waited
+        # for a slot starts at a step boundary, half a step on average: 1.5·(α + β·(b − 1)) + δ·L.
         if chunked_prefill:
             self._pre0 = 1.5 * (parms.alpha + parms.beta * (b - 1.0))
             self._pre1 = np.full(n, parms.delta)
