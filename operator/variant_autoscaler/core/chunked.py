@@ -98,7 +98,10 @@ class ChunkedPrefill:
         "_knots",
         "_mean",
         "_memo",
+        "_one",
+        "_span",
         "_step",
+        "_weights",
         "queued",
         "under_way",
     )
@@ -124,6 +127,13 @@ class ChunkedPrefill:
                 for total, count in zip(sums, QUEUED_POINTS, strict=True)
             ]
         )
+        # What the rate does not change, computed once: how long each prompt point is prefilled for
+        # (N, K), its length-biased weight, the mean of that time, and one step carrying a prompt.
+        steps, _, _ = self.chunks()
+        busy = steps * self._step[:, None] + self._delta * self.under_way[None, :]
+        self._weights = busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12)
+        self._span = busy.mean(axis=1)
+        self._one = self._step + self._delta * np.minimum(self._mean, self._caps)
         self._memo: tuple[float, FloatArray, FloatArray] | None = None
 
     @property
@@ -149,16 +159,12 @@ class ChunkedPrefill:
         """At rates ``lam`` (G,): the chance ``f`` (G, N) that the step under way prefills another
         prompt too, the weights (N, K) of the prompt points it then carries, and the ratio ``g`` (G, N)
         of the geometric number of prompts queued ahead of an arrival (``P(n ≥ j) = gʲ``)."""
-        s, delta = self._step, self._delta
-        steps, _, _ = self.chunks()
-        busy = steps * s[:, None] + delta * self.under_way[None, :]  # how long a prompt is prefilled for
-        span = busy.mean(axis=1)
-        one = s + delta * np.minimum(self._mean, self._caps)  # one step with a prompt
+        span, one = self._span, self._one
         excess = 0.5 * (idc(lam[:, None], span[None, :]) - 1.0)
         f = np.clip(-np.expm1(-(lam[:, None] * span + excess)), 0.0, UNDER_WAY_MAX)
         near = 0.5 * (idc(lam[:, None], one[None, :]) - 1.0)
         g = np.clip(-np.expm1(-(lam[:, None] * one + 2.0 * near)), 0.0, UNDER_WAY_MAX)
-        return f, busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12), g
+        return f, self._weights, g
 
     def miss(self, lam: FloatArray, target: float, idc: IdcFn) -> FloatArray:
         """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
@@ -202,16 +208,14 @@ class ChunkedPrefill:
         n = len(self._step)
         at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, BATCH_GRID))).astype(int))
         s, cap, delta = self._step[at], self._caps[at], self._delta
-        steps, chunk, rest = (a[at] for a in self.chunks())
+        _, chunk, rest = (a[at] for a in self.chunks())
         span = np.concatenate((s[:, None], s[:, None] + delta * chunk), axis=1)[:, :, None]  # (B, P, 1)
         ahead = (
             np.concatenate((np.zeros((len(at), 1)), rest), axis=1)[:, :, None]
             + np.concatenate(([0.0], self.queued))[None, None, :]
         )
         shares = self._over(target, s[:, None, None], cap[:, None, None], span, ahead)  # (B, 1 + K, 1 + J)
-        busy = steps * s[:, None] + delta * self.under_way[None, :]
-        weights = busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12)
-        grid = (shares[:, 0, :], np.einsum("bkj,bk->bj", shares[:, 1:, :], weights))
+        grid = (shares[:, 0, :], np.einsum("bkj,bk->bj", shares[:, 1:, :], self._weights[at]))
         every = np.arange(float(n))
         decode, carrying = (np.stack([np.interp(every, at, column) for column in g.T], axis=1) for g in grid)
         self._memo = (target, decode, carrying)
