@@ -23,9 +23,10 @@ arrivals had at least one, two, three others not yet at their first token). The 
 taken at equal-mass points of the prompt lengths (of the sum of ``n`` of them), the one under way
 length-biased (a prompt prefilled for longer is likelier met). Over ``U`` and ``L`` the share over a
 target is integrated in closed form, the prompt's CDF being piecewise linear
-(:class:`~variant_autoscaler.core.workload.TokenLengths`). What the form leaves out: bursts shorter
-than the shortest window the burstiness is measured over (docs/tail-slo.md, "How well it agrees with
-the engine").
+(:class:`~variant_autoscaler.core.workload.TokenLengths`). The IDC over a step is mostly below the
+shortest window the burstiness is measured over: it is read there as
+:meth:`~variant_autoscaler.core.workload.Burstiness.at` reads it (docs/tail-slo.md, "How well it agrees
+with the engine").
 
 Pure: times in ms, rates in requests per ms.
 """

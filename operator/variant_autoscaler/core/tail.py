@@ -327,7 +327,15 @@ class TailModel:
             raise ModelError(f"burstiness must be Burstiness, got {type(burstiness).__name__}")
         w = self._bursts.windows_s
         self._idc_knots = (
-            (np.log(np.array(w)), np.array(self._bursts.idc), w[0], self._bursts.rate) if w else None
+            (
+                np.log(np.array(w)),
+                np.array(self._bursts.idc),
+                w[0],
+                self._bursts.rate,
+                self._bursts.short_exponent(),
+            )
+            if w
+            else None
         )
         self._in_knots = lengths.input.knots()
         # A chunked prefill's first token, beside the decodes and other prompts (core/chunked.py).
@@ -353,10 +361,11 @@ class TailModel:
         knots = self._idc_knots
         if knots is None:
             return np.ones_like(lam)
-        log_w, values, first, rate = knots
+        log_w, values, first, rate, power = knots
         t = window_ms * 1e-3
         inside = np.interp(np.log(t), log_w, values)
-        idc = np.where(t < first, 1.0 + (values[0] - 1.0) * t / first, inside)
+        below = 1.0 + (values[0] - 1.0) * (np.clip(t, 0.0, first) / first) ** power
+        idc = np.where(t < first, below, inside)
         if rate > 0:
             idc = 1.0 + np.minimum(lam * (1000.0 / rate), 1.0) * (idc - 1.0)
         return np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])  # type: ignore[no-any-return]

@@ -55,6 +55,9 @@ ROUND_LEVELS: tuple[float, ...] = (
 IDC_RANGE = (0.05, 1000.0)
 #: The relative grid on which :meth:`Workload.rounded` reads lengths, rates and indices of dispersion.
 ROUND_STEP = 0.02
+#: The smallest exponent of the IDC's power law below the smallest measured window (an IDC of 20 over
+#: long windows and flat down to the smallest, the renewal bound 1/20).
+SHORT_EXPONENT_MIN = 0.05
 
 
 def _round_log(values: FloatArray, step: float) -> FloatArray:
@@ -349,9 +352,9 @@ class Burstiness:
     measured while its arrival rate was ``rate`` req/s (0: unknown).
 
     Empty means Poisson (IDC 1 at every scale). :meth:`at` reads it at any window: between measured
-    windows linearly in log(window); below the smallest, linearly from 1 at a window of 0 (the short-scale
-    shape of a modulated Poisson process, which has no simultaneous arrivals); above the largest, the
-    largest window's value. :meth:`split` gives the burstiness one of several replicas sees.
+    windows linearly in log(window); below the smallest, from 1 at a window of 0 as a power of the window,
+    ``1 + (IDC(w₀) − 1)·(t/w₀)ᵖ`` (:meth:`short_exponent`); above the largest, the largest window's value.
+    :meth:`split` gives the burstiness one of several replicas sees.
     """
 
     windows_s: tuple[float, ...] = ()
@@ -373,13 +376,30 @@ class Burstiness:
     def poisson(cls) -> Burstiness:
         return cls()
 
+    def short_exponent(self) -> float:
+        """``p`` of the IDC below the smallest window, ``1 + (IDC(w₀) − 1)·(t/w₀)ᵖ``: the slope in log-log
+        of ``IDC − 1`` between the two smallest windows, within ``[1/IDC(w_max), 1]``.
+
+        A modulated Poisson process (a rate that moves over seconds) has ``IDC − 1`` growing linearly in
+        the window below its switching time: its curve still climbs between the smallest windows, and
+        ``p`` is 1. Arrivals that cluster within less than the smallest window (a renewal stream with
+        gaps of CV > 1, requests fired in bunches) have a curve already flat there; below it ``IDC − 1``
+        falls like ``t^(1/CV²)`` for gamma gaps, and a renewal stream's IDC over long windows is its
+        CV², whence the floor ``1/IDC(w_max)``. One window, or an IDC at or under 1: linear (``p = 1``).
+        """
+        w, v = self.windows_s, self.idc
+        if len(w) < 2 or v[0] <= 1.0 or v[1] <= 1.0:
+            return 1.0
+        slope = math.log((v[1] - 1.0) / (v[0] - 1.0)) / math.log(w[1] / w[0])
+        return min(max(slope, 1.0 / max(v[-1], 1.0), SHORT_EXPONENT_MIN), 1.0)
+
     def at(self, window_s: float) -> float:
         """The IDC at a window of ``window_s`` seconds (clipped to a sane range)."""
         if not self.windows_s:
             return 1.0
         w, v = self.windows_s, self.idc
         if window_s <= w[0]:
-            value = 1.0 + (v[0] - 1.0) * max(window_s, 0.0) / w[0]
+            value = 1.0 + (v[0] - 1.0) * math.pow(max(window_s, 0.0) / w[0], self.short_exponent())
         elif window_s >= w[-1]:
             value = v[-1]
         else:

@@ -103,13 +103,32 @@ def test_burstiness_from_renewal_arrivals_is_their_squared_cv() -> None:
     assert all(v == pytest.approx(1.0, abs=0.1) for v in poisson.idc)
 
 
+def test_burstiness_below_the_smallest_window_follows_the_curve_above_it() -> None:
+    rng = np.random.default_rng(5)
+    # Gamma gaps of CV 2 cluster within tens of ms: the IDC is flat from 1 s on, and below 1 s it falls
+    # like t^(1/CV²), which a line from 1 at 0 misses by a factor of two at 100 ms.
+    renewal = np.cumsum(rng.gamma(0.25, 1.0 / (0.25 * 10.0), 300_000))
+    measured = burstiness_from_times(renewal, (0.05, 0.1, 0.2))
+    b = burstiness_from_times(renewal, (1.0, 2.0, 5.0, 10.0, 30.0))
+    assert b.short_exponent() == pytest.approx(1.0 / b.idc[-1])
+    for window, idc in zip(measured.windows_s, measured.idc, strict=True):
+        assert b.at(window) == pytest.approx(idc, rel=0.1)
+        assert 1.0 + (b.idc[0] - 1.0) * window < 0.75 * idc  # the line
+    # A rate switching every 2 s: IDC − 1 climbs faster than the window between 1 and 2 s; linear below.
+    switching = Burstiness((1.0, 2.0, 5.0), (1.6, 2.6, 4.0))
+    assert switching.short_exponent() == 1.0 and switching.at(0.5) == pytest.approx(1.3)
+    assert Burstiness((1.0,), (3.0,)).short_exponent() == 1.0  # one window: nothing to read a slope from
+    assert Burstiness((1.0, 2.0), (0.9, 0.8)).short_exponent() == 1.0  # under-dispersed
+
+
 def test_burstiness_reads_between_windows_and_splits() -> None:
-    b = Burstiness((1.0, 10.0), (2.0, 6.0), rate=10.0)
-    assert b.at(0.5) == pytest.approx(1.5)  # linear from 1 at a window of 0
-    assert b.at(math.sqrt(10.0)) == pytest.approx(4.0)  # linear in log(window)
-    assert b.at(100.0) == 6.0
+    b = Burstiness((1.0, 10.0), (2.0, 11.0), rate=10.0)
+    assert b.short_exponent() == pytest.approx(1.0)  # IDC − 1 still climbs ×10 over ×10 of window
+    assert b.at(0.5) == pytest.approx(1.5)  # so linear from 1 at a window of 0
+    assert b.at(math.sqrt(10.0)) == pytest.approx(6.5)  # linear in log(window)
+    assert b.at(100.0) == 11.0
     half = b.split(5.0)  # a thinned stream keeps the rate's relative variance
-    assert half.idc == (1.5, 3.5) and half.rate == 5.0
+    assert half.idc == (1.5, 6.0) and half.rate == 5.0
     assert b.split(20.0) is b and Burstiness().at(5.0) == 1.0
     assert Burstiness.from_json(b.to_json()) == b
     with pytest.raises(ModelError):
