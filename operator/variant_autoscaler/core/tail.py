@@ -196,8 +196,9 @@ class TailSize(NamedTuple):
 
 
 #: The time a queue takes to build up to the waits of interest, in units of the mean wait / (1 − ρ):
-#: the scale over which departures are compared with arrivals (calibrated in bench/tail.py).
-_BUILD_UP = 1.0
+#: the scale over which departures are compared with arrivals. Calibrated on bench/tail.py's points
+#: (1 to 3 tried; 2-2.5 put the most within 20 %: docs/tail-slo.md, "Service-time variability").
+_BUILD_UP = 2.0
 
 
 def _lundberg(lam: FloatArray, mu: float, a: FloatArray | float, d: FloatArray | float) -> FloatArray:
