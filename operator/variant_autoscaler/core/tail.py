@@ -257,7 +257,7 @@ class TailModel:
         "_bursts",
         "_chunked",
         "_cs2",
-        "_idc_knots",
+        "_idc_curve",
         "_in_knots",
         "_mu",
         "_pre0",
@@ -326,18 +326,7 @@ class TailModel:
         self._bursts = burstiness or Burstiness()
         if not isinstance(self._bursts, Burstiness):
             raise ModelError(f"burstiness must be Burstiness, got {type(burstiness).__name__}")
-        w = self._bursts.windows_s
-        self._idc_knots = (
-            (
-                np.log(np.array(w)),
-                np.array(self._bursts.idc),
-                w[0],
-                self._bursts.rate,
-                self._bursts.short_exponent(),
-            )
-            if w
-            else None
-        )
+        self._idc_curve = self._bursts.curve()
         self._in_knots = lengths.input.knots()
         # A chunked prefill's first token, beside the decodes and other prompts (core/chunked.py).
         self._chunked = ChunkedPrefill(parms, n, lengths.input, prefill_budget) if chunked_prefill else None
@@ -359,17 +348,15 @@ class TailModel:
     def _idc(self, lam: FloatArray, window_ms: FloatArray) -> FloatArray:
         """The IDC of a replica's arrivals at rates ``lam`` (req/ms) over windows (ms): the stream's,
         thinned to the replica's share of it."""
-        knots = self._idc_knots
-        if knots is None:
+        curve = self._idc_curve
+        if curve is None:
             return np.ones_like(lam)
-        log_w, values, first, rate, power = knots
-        t = window_ms * 1e-3
-        inside = np.interp(np.log(t), log_w, values)
-        below = 1.0 + (values[0] - 1.0) * (np.clip(t, 0.0, first) / first) ** power
-        idc = np.where(t < first, below, inside)
+        idc = curve(window_ms * 1e-3)
+        rate = self._bursts.rate
         if rate > 0:
             idc = 1.0 + np.minimum(lam * (1000.0 / rate), 1.0) * (idc - 1.0)
-        return np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])  # type: ignore[no-any-return]
+        out: FloatArray = np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])
+        return out
 
     def _state(self, lam: FloatArray) -> _State:
         return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))), lam)

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_LEVELS",
     "IDC_RANGE",
     "Burstiness",
+    "IdcCurve",
     "RequestLengths",
     "TokenLengths",
     "Workload",
@@ -347,6 +348,24 @@ def index_of_dispersion(counts: Sequence[float] | FloatArray, *, detrend: bool =
 
 
 @dataclass(frozen=True, slots=True)
+class IdcCurve:
+    """:meth:`Burstiness.at` over arrays of windows (s), unclipped: linear in log(window) between the
+    measured windows, their last value above, ``1 + (IDC(w₀) − 1)·(t/w₀)ᵖ`` below the first."""
+
+    log_windows: FloatArray
+    values: FloatArray
+    first: float
+    power: float
+
+    def __call__(self, window_s: FloatArray) -> FloatArray:
+        t = np.maximum(window_s, 0.0)
+        inside = np.interp(np.log(np.maximum(t, self.first * 1e-9)), self.log_windows, self.values)
+        below = 1.0 + (self.values[0] - 1.0) * (np.minimum(t, self.first) / self.first) ** self.power
+        out: FloatArray = np.where(t < self.first, below, inside)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Burstiness:
     """The index of dispersion (IDC) of a model's arrival counts over windows of ``windows_s`` seconds,
     measured while its arrival rate was ``rate`` req/s (0: unknown).
@@ -393,17 +412,19 @@ class Burstiness:
         slope = math.log((v[1] - 1.0) / (v[0] - 1.0)) / math.log(w[1] / w[0])
         return min(max(slope, 1.0 / max(v[-1], 1.0), SHORT_EXPONENT_MIN), 1.0)
 
+    def curve(self) -> IdcCurve | None:
+        """The IDC as a function of the window, its knots computed once (None: Poisson)."""
+        if not self.windows_s:
+            return None
+        w = np.array(self.windows_s)
+        return IdcCurve(np.log(w), np.array(self.idc), float(w[0]), self.short_exponent())
+
     def at(self, window_s: float) -> float:
         """The IDC at a window of ``window_s`` seconds (clipped to a sane range)."""
-        if not self.windows_s:
+        curve = self.curve()
+        if curve is None:
             return 1.0
-        w, v = self.windows_s, self.idc
-        if window_s <= w[0]:
-            value = 1.0 + (v[0] - 1.0) * math.pow(max(window_s, 0.0) / w[0], self.short_exponent())
-        elif window_s >= w[-1]:
-            value = v[-1]
-        else:
-            value = float(np.interp(math.log(window_s), np.log(np.array(w)), np.array(v)))
+        value = float(curve(np.array([window_s]))[0])
         return min(max(value, IDC_RANGE[0]), IDC_RANGE[1])
 
     def split(self, rate: float) -> Burstiness:
