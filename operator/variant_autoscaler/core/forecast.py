@@ -21,7 +21,8 @@ an upper quantile of the *largest* per-interval rate in that horizon:
   Holt's level (scale-down stays conservative).
 * **Upper quantile**: the empirical quantile of the forecaster's own past errors on that same quantity
   (the realised largest log rate over a horizon minus what was forecast for it), over the last
-  ``history`` horizons. Until enough horizons have been seen, a fixed margin stands in.
+  ``history`` horizons. Until ``min_history`` horizons have been seen, a fixed margin blended with
+  the quantile of the errors seen so far, the errors weighing more with every one of them.
 * **The rate to plan for**, with a hysteresis between two quantiles: it rises with the ``quantile``
   (scale-up) forecast at once, and falls only as far as the higher ``down_quantile`` forecast allows
   (``planned = max(up, min(down, planned before))``). A plan so made scales up on the likely peak and
@@ -86,9 +87,10 @@ class ForecastConfig:
     ``alpha`` and ``beta`` are Holt's smoothing weights of the level and the trend, ``damping`` the
     trend's damping factor (1, the default: Holt's linear trend; ``FORECAST_TREND_DAMPING``,
     docs/tail-slo.md, "A damped trend"). ``history`` errors are kept for the quantiles; below
-    ``min_history`` the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %; docs/tail-
-    slo.md, "The forecaster's warm-up"). ``floor`` (req/s) is added before taking logs so that an idle
-    model has a finite log rate. ``shift_sigmas`` (0: off) and ``min_shift`` (log rate: 0.2 is +22 %)
+    ``min_history`` the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %) blended
+    with the errors' quantile as they come (:func:`_margin`; docs/tail-slo.md, "The forecaster's
+    warm-up"). ``floor`` (req/s) is added before taking logs so that an idle model has a finite log
+    rate. ``shift_sigmas`` (0: off) and ``min_shift`` (log rate: 0.2 is +22 %)
     say when a rise is a level shift (the module doc; ``FORECAST_LEVEL_SHIFT``).
     """
 
@@ -257,10 +259,21 @@ def _is_shift(state: ForecastState, y: float, config: ForecastConfig) -> bool:
 
 def _margin(state: ForecastState, config: ForecastConfig, quantile: float) -> float:
     """The horizon error's ``quantile`` (log), never below 0: a quantile under the point forecast would
-    plan for less than expected."""
-    if len(state.errors) >= config.min_history:
-        return max(float(np.quantile(np.array(state.errors), quantile)), 0.0)
-    return config.default_margin
+    plan for less than expected.
+
+    During the warm-up (fewer than ``min_history`` errors) a blend: ``default_margin`` weighed by the
+    share of the warm-up still to come, the quantile of the errors seen so far by the share done
+    (``k / min_history`` after ``k`` errors). The margin so moves from the prior to the data as the
+    data comes, with no jump where the warm-up ends, and a forecaster whose first errors are large
+    widens it instead of waiting for twenty of them."""
+    k = len(state.errors)
+    if k == 0:
+        return config.default_margin
+    empirical = max(float(np.quantile(np.array(state.errors), quantile)), 0.0)
+    if k >= config.min_history:
+        return empirical
+    done = k / config.min_history
+    return (1.0 - done) * config.default_margin + done * empirical
 
 
 def _levels(state: ForecastState, config: ForecastConfig) -> tuple[float, float, float]:

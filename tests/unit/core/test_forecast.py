@@ -41,6 +41,26 @@ def test_the_margin_before_any_history_is_the_default() -> None:
     assert f.upper == pytest.approx((5.0 + config.floor) * math.exp(0.3) - config.floor)
 
 
+def test_the_warm_up_margin_moves_from_the_default_to_the_errors_as_they_come() -> None:
+    """After k of the warm-up's twenty errors the margin is (1 - k/20) of the default plus k/20 of the
+    errors' quantile: a steady rate (errors of 0) sheds the default a twentieth at a time, with no jump
+    where the warm-up ends; a forecaster whose first errors exceed the default widens it at once."""
+    config = ForecastConfig(default_margin=0.3)
+    floor = config.floor
+    margins = []
+    for k in (1, 5, 10, 19, 20):
+        state, _ = _run([5.0] * (config.steps + k), config)
+        assert len(state.errors) == k and set(state.errors) == {0.0}
+        margins.append(math.log((forecast(state, config).upper + floor) / (5.0 + floor)))
+    assert margins == pytest.approx([0.3 * (1 - k / 20) for k in (1, 5, 10, 19)] + [0.0], abs=1e-9)
+
+    # Doubling every interval: each horizon's realised peak far above its forecast.
+    state, _ = _run([1.0 * 2.0**k for k in range(config.steps + 3)], config)
+    f = forecast(state, config)
+    assert f.errors == 3 and min(state.errors) > 0.3
+    assert math.log((f.upper + floor) / (f.point + floor)) > 0.3
+
+
 def test_a_rising_rate_is_forecast_ahead() -> None:
     rates = [10.0 * 1.02**k for k in range(60)]
     holt = ForecastConfig(horizon_s=300.0)  # the default: Holt's linear trend
