@@ -90,8 +90,8 @@ class ForecastConfig:
     ``min_history`` the upper forecast adds ``default_margin`` (in log rate: 0.3 is +35 %) blended
     with the errors' quantile as they come (:func:`_margin`; docs/tail-slo.md, "The forecaster's
     warm-up"). ``floor`` (req/s) is added before taking logs so that an idle model has a finite log
-    rate. ``shift_sigmas`` (0: off) and ``min_shift`` (log rate: 0.2 is +22 %)
-    say when a rise is a level shift (the module doc; ``FORECAST_LEVEL_SHIFT``).
+    rate. ``shift_sigmas`` (0: off) and ``min_shift`` (log rate: 0.2 is +22 %) say when a rise is a
+    level shift (the module doc; ``FORECAST_LEVEL_SHIFT``).
     """
 
     interval_s: float = 60.0
@@ -200,8 +200,9 @@ class Forecast:
     upper: float
     planned: float
     errors: int
-    # Whether the hysteresis holds the plans: a scale-down quantile is set and enough horizons' errors
-    # are known for it to differ from the upper quantile (before, both are the one default margin).
+    # Whether the hysteresis holds the plans on the forecaster's own errors: a scale-down quantile is
+    # set and the warm-up is over (``min_history`` errors). Before, both quantiles still lean on the
+    # one default margin (:func:`_margin`), and the longer scale-down window holds the plans as well.
     holds: bool = False
 
 
