@@ -14,19 +14,26 @@ gets its first token after
 
   ``TTFT = U·S + k·(α + β·(b − 1)) + δ·(R + Q + L)``.
 
-``f`` is the Palm chance that another arrival came while a prompt's steps ran, ``g`` that one came in
-the same step: a mean ``λ·T + (IDC(T) − 1)/2`` of them on one side of an arrival over a time ``T``
-(``λ·T`` for Poisson; a bursty stream clusters arrivals next to each other). The number queued is
-geometric, ``P(n ≥ j) = gʲ``: each prompt ahead holds the budget longer, and so lets the next one
-arrive while it waits (measured on the V1-like engine replaying the Azure trace: 27 %, 7 %, 2 % of
-arrivals had at least one, two, three others not yet at their first token). The other prompts are
-taken at equal-mass points of the prompt lengths (of the sum of ``n`` of them), the one under way
-length-biased (a prompt prefilled for longer is likelier met). Over ``U`` and ``L`` the share over a
-target is integrated in closed form, the prompt's CDF being piecewise linear
-(:class:`~variant_autoscaler.core.workload.TokenLengths`). The IDC over a step is mostly below the
-shortest window the burstiness is measured over: it is read there as
-:meth:`~variant_autoscaler.core.workload.Burstiness.at` reads it (docs/tail-slo.md, "How well it agrees
-with the engine").
+``f`` is the Palm chance that another arrival came while a prompt's steps ran: a mean ``λ·T + (J(T) −
+1)/2`` of them on one side of an arrival over a time ``T`` (``λ·T`` for Poisson; a bursty stream
+clusters arrivals next to each other; ``J`` the IDC within the planning interval,
+:mod:`variant_autoscaler.core.neighbours`). The number queued ahead is that module's: geometric at the
+local rate next to the arrival, over the time those prompts take, or what a burst outpacing the prefill
+has piled up (measured on the V1-like engine replaying the Azure traces: the conversation trace's 27 %,
+7 %, 2 % of arrivals with at least one, two, three others not yet at their first token; the code
+trace's clumps, where one arrival in thirty found ten or more). The other prompts are taken at
+equal-mass points of the prompt lengths (of the sum of one, two, three of them; of more, a normal
+approximation of their sum), the one under way length-biased (a prompt prefilled for longer is likelier
+met). Over ``U`` and ``L`` the share over a target is integrated in closed form, the prompt's CDF being
+piecewise linear (:class:`~variant_autoscaler.core.workload.TokenLengths`).
+
+**The decode steps.** A request's decode steps carry the prompts of the requests that arrive after it
+(first come, first served: those before it were prefilled before its first token). Over its ``k``
+inter-token gaps at a batch ``b`` its mean ITL is ``α + β·b + δ·min(S, k·C)/k``, ``S`` the prompt tokens
+of the requests arriving while it is on the server (negative binomial in number,
+:mod:`~variant_autoscaler.core.neighbours`), ``C`` the budget beside the decodes. Requests with few
+output tokens next to a burst of long prompts are what miss an ITL target: a step that carries a full
+chunk of prompt lasts ``α + β·b + δ·C``.
 
 Pure: times in ms, rates in requests per ms.
 """
@@ -38,6 +45,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from variant_autoscaler.core.neighbours import EDGES, REPRESENTATIVE, ahead_sf, behind_bins, bins_from_sf
 from variant_autoscaler.core.queueing import ServiceParms
 from variant_autoscaler.core.workload import TokenLengths
 
@@ -49,13 +57,20 @@ IdcFn = Callable[[FloatArray, FloatArray], FloatArray]
 
 #: Points of the prompt a prefill in the step under way carries (equal mass).
 UNDER_WAY_POINTS = 8
-#: Points of the prompts queued ahead of an arrival, by their number: one prompt, two, three (equal mass
-#: of the sum of that many prompts). Three stands for three or more.
-QUEUED_POINTS = (4, 2, 2)
+#: Points of the prompts queued ahead of an arrival, for each count bin of
+#: :data:`~variant_autoscaler.core.neighbours.EDGES`: one prompt, two, three (equal mass of the sum of that
+#: many prompts), then two points of a normal approximation of the sum for each wider bin.
+QUEUED_POINTS = (4, 2, 2) + (2,) * (len(EDGES) - 3)
+#: Points of the output lengths a request's decode steps are averaged over (equal mass).
+OUTPUT_POINTS = 16
+#: The standard normal quantiles of two equal-mass points (the quartiles' midpoints: ±0.6745).
+_HALVES = np.array([-0.6744897501960817, 0.6744897501960817])
 #: At most this share of arrivals find the step under way carrying another prompt.
 UNDER_WAY_MAX = 0.95
 #: The shares over a target are computed at up to this many batch sizes, interpolated between.
 BATCH_GRID = 16
+#: The prompts queued ahead are computed at up to this many batch sizes, interpolated between.
+AHEAD_GRID = 6
 #: A prompt's prefill is followed over at most this many steps (the rest counts as the last).
 MAX_PREFILL_STEPS = 32
 
@@ -93,13 +108,20 @@ class ChunkedPrefill:
     the rate is kept for the last target asked (a sizing search asks one target often)."""
 
     __slots__ = (
+        "_ahead_grid",
         "_caps",
         "_delta",
+        "_drain",
+        "_gap_weights",
+        "_gaps",
         "_h_knots",
+        "_itl_memo",
         "_knots",
         "_mean",
         "_memo",
-        "_one",
+        "_mix_memo",
+        "_prompt_sd",
+        "_slope",
         "_span",
         "_step",
         "_weights",
@@ -107,9 +129,21 @@ class ChunkedPrefill:
         "under_way",
     )
 
-    def __init__(self, parms: ServiceParms, max_batch: int, prompts: TokenLengths, budget: int) -> None:
+    def __init__(
+        self,
+        parms: ServiceParms,
+        max_batch: int,
+        prompts: TokenLengths,
+        budget: int,
+        outputs: TokenLengths | None = None,
+    ) -> None:
         b = np.arange(1.0, max_batch + 1.0)
         self._delta = parms.delta
+        self._slope = parms.beta
+        # A request's inter-token gaps (output tokens less one, at least one), at equal-mass points.
+        gaps = mass_points((outputs or TokenLengths.fixed(2)).knots(), OUTPUT_POINTS)
+        self._gaps = np.maximum(gaps - 1.0, 1.0)
+        self._gap_weights = np.full(OUTPUT_POINTS, 1.0 / OUTPUT_POINTS)
         # The step under way beside b − 1 decodes, and the prompt tokens a step has room for beside them.
         self._step = parms.alpha + parms.beta * (b - 1.0)
         self._caps = np.maximum(float(budget) - (b - 1.0), 1.0)
@@ -117,25 +151,41 @@ class ChunkedPrefill:
         self._h_knots = sf_integral_knots(*self._knots)
         self._mean = prompts.mean
         # The prompt a step under way carries, and those queued ahead of an arrival: for one, two and
-        # three of them, equal-mass points of the sum of that many prompts (from the under-way points).
+        # three of them, equal-mass points of the sum of that many prompts (from the under-way points);
+        # for each wider count bin, two points of a normal approximation of the sum of its count.
         self.under_way = mass_points(self._knots, UNDER_WAY_POINTS)
         sums = [self.under_way]
-        for _ in QUEUED_POINTS[1:]:
+        for _ in range(2):
             sums.append((sums[-1][:, None] + self.under_way[None, :]).ravel())
+        sd = float(np.sqrt(prompts.variance))
+        wide = [np.maximum(n * self._mean + np.sqrt(n) * sd * _HALVES, 0.0) for n in REPRESENTATIVE[3:]]
         self.queued = np.concatenate(
             [
                 np.quantile(total, (np.arange(count) + 0.5) / count)
-                for total, count in zip(sums, QUEUED_POINTS, strict=True)
+                for total, count in zip(sums, QUEUED_POINTS[:3], strict=True)
             ]
+            + wide
         )
+        self._prompt_sd = sd
         # What the rate does not change, computed once: how long each prompt point is prefilled for
-        # (N, K), its length-biased weight, the mean of that time, and one step carrying a prompt.
+        # (N, K), its length-biased weight, and the mean of that time (one prompt's hold on the prefill).
         steps, _, _ = self.chunks()
         busy = steps * self._step[:, None] + self._delta * self.under_way[None, :]
         self._weights = busy / np.maximum(busy.sum(axis=1, keepdims=True), 1e-12)
         self._span = busy.mean(axis=1)
-        self._one = self._step + self._delta * np.minimum(self._mean, self._caps)
+        # One more prompt of a backlog: full steps, so its tokens at the step's pace per token.
+        self._drain = self._mean * (self._step / self._caps + self._delta)
+        # The queue ahead is computed at a few batch sizes and interpolated (the drain is linear in b).
+        n = len(b)
+        at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, AHEAD_GRID))).astype(int))
+        left = np.clip(np.searchsorted(at, np.arange(n), side="right") - 1, 0, max(len(at) - 2, 0))
+        if len(at) == 1:
+            at, left = np.array([0, 0]), np.zeros(n, dtype=int)
+        width = np.maximum(at[left + 1] - at[left], 1)
+        self._ahead_grid = (at, left, np.clip((np.arange(n) - at[left]) / width, 0.0, 1.0))
+        self._mix_memo: tuple[bytes, tuple[FloatArray, FloatArray, FloatArray]] | None = None
         self._memo: tuple[float, FloatArray, FloatArray] | None = None
+        self._itl_memo: tuple[float, FloatArray] | None = None
 
     @property
     def step(self) -> FloatArray:
@@ -156,47 +206,99 @@ class ChunkedPrefill:
         steps = np.maximum(np.ceil(x / cap), 1.0)
         return steps, x / steps, x * (steps - 1.0) / (2.0 * steps)
 
-    def mix(self, lam: FloatArray, idc: IdcFn) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def mix(self, lam: FloatArray, within: IdcFn) -> tuple[FloatArray, FloatArray, FloatArray]:
         """At rates ``lam`` (G,): the chance ``f`` (G, N) that the step under way prefills another
-        prompt too, the weights (N, K) of the prompt points it then carries, and the ratio ``g`` (G, N)
-        of the geometric number of prompts queued ahead of an arrival (``P(n ≥ j) = gʲ``)."""
-        span, one = self._span, self._one
-        excess = 0.5 * (idc(lam[:, None], span[None, :]) - 1.0)
+        prompt too, the weights (N, K) of the prompt points it then carries, and the shares (G, N, 1 + E)
+        of the number of prompts queued ahead of an arrival, none first, then each count bin of
+        :data:`~variant_autoscaler.core.neighbours.EDGES`. ``within(λ, T)`` is the IDC within the
+        planning interval (:func:`~variant_autoscaler.core.neighbours.within_interval`)."""
+        key = lam.tobytes()
+        if self._mix_memo is not None and self._mix_memo[0] == key:  # asked again for the same rates
+            return self._mix_memo[1]
+        span = self._span
+        excess = 0.5 * (within(lam[:, None], span[None, :]) - 1.0)
         f = np.clip(-np.expm1(-(lam[:, None] * span + excess)), 0.0, UNDER_WAY_MAX)
-        near = 0.5 * (idc(lam[:, None], one[None, :]) - 1.0)
-        g = np.clip(-np.expm1(-(lam[:, None] * one + 2.0 * near)), 0.0, UNDER_WAY_MAX)
-        return f, self._weights, g
+        at, left, frac = self._ahead_grid
+        sf = ahead_sf(lam, span[at], self._drain[at], within)  # (G, B, E) on the grid, linear between
+        full = sf[:, left, :] * (1.0 - frac)[None, :, None] + sf[:, left + 1, :] * frac[None, :, None]
+        out = (f, self._weights, bins_from_sf(full))
+        self._mix_memo = (key, out)
+        return out
 
-    def miss(self, lam: FloatArray, target: float, idc: IdcFn) -> FloatArray:
+    def miss(self, lam: FloatArray, target: float, within: IdcFn) -> FloatArray:
         """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
-        f, _, g = self.mix(lam, idc)
+        f, _, counts = self.mix(lam, within)
         decode, carrying = self._shares(target)  # (N, 1 + J) each: by what is queued ahead
-        queued = self._queued_weights(g)  # (G, N, 1 + J)
+        queued = self._queued_weights(counts)  # (G, N, 1 + J)
         out: FloatArray = (1.0 - f) * np.sum(queued * decode, axis=2) + f * np.sum(queued * carrying, axis=2)
         return out
 
     @staticmethod
-    def _queued_weights(g: FloatArray) -> FloatArray:
-        """(G, N, 1 + J): the weight of no prompt queued ahead and of each queued point, the number
-        queued geometric with ratio ``g`` (three standing for three or more)."""
-        counts = [1.0 - g, g * (1.0 - g), g * g * (1.0 - g), g * g * g]
-        parts = [counts[0][..., None]]
-        for c, points in zip(counts[1:], QUEUED_POINTS, strict=True):
-            parts.append(np.repeat((c / points)[..., None], points, axis=-1))
+    def _queued_weights(counts: FloatArray) -> FloatArray:
+        """(G, N, 1 + J): the weight of no prompt queued ahead and of each queued point, from the shares
+        of each count bin (each spread evenly over its points)."""
+        parts = [counts[..., :1]]
+        for k, points in enumerate(QUEUED_POINTS):
+            parts.append(np.repeat(counts[..., k + 1 : k + 2] / points, points, axis=-1))
         out: FloatArray = np.concatenate(parts, axis=-1)
         return out
 
-    def mean(self, lam: FloatArray, idc: IdcFn) -> FloatArray:
+    def mean(self, lam: FloatArray, within: IdcFn) -> FloatArray:
         """(G, N): the mean TTFT at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
         s, delta = self._step, self._delta
-        f, weights, g = self.mix(lam, idc)
+        f, weights, counts = self.mix(lam, within)
         _, chunk, left = self.chunks()
         carrying = np.sum(weights * (s[:, None] + delta * chunk), axis=1)
         rest = 0.5 * ((1.0 - f) * s[None, :] + f * carrying[None, :])  # half the step under way
-        queued = g + g * g + g * g * g  # the mean number queued ahead (three for three or more)
+        queued = counts[..., 1:] @ REPRESENTATIVE  # the mean number queued ahead
         ahead = f * np.sum(weights * left, axis=1)[None, :] + queued * self._mean  # prompt tokens first
         steps = np.ceil((ahead[:, :, None] + self.under_way[None, None, :]) / self._caps[None, :, None])
         out: FloatArray = rest + np.maximum(steps, 1.0).mean(axis=2) * s + delta * (ahead + self._mean)
+        return out
+
+    # -- the decode steps
+    @property
+    def gaps(self) -> FloatArray:
+        """(K,) equal-mass points of a request's inter-token gaps (output tokens less one, at least 1)."""
+        return self._gaps
+
+    def itl_miss(
+        self,
+        lam: FloatArray,
+        target: float,
+        seen: FloatArray,
+        life_ms: FloatArray,
+        within: IdcFn,
+    ) -> FloatArray:
+        """(G,): the share of requests whose mean ITL exceeds ``target`` at rates ``lam`` (G,), a request
+        in service seeing a batch of ``b`` with chance ``seen`` (G, N) (itself included), one with the
+        :attr:`gaps` ``k`` staying on the server for ``life_ms`` (G, K) (see the module doc)."""
+        behind = behind_bins(lam[:, None], life_ms, within)  # (G, K, 1 + E)
+        over = self._itl_over(target)  # (N, K, 1 + E)
+        per_batch = np.einsum("gke,bke,k->gb", behind, over, self._gap_weights)
+        out: FloatArray = np.sum(seen * per_batch, axis=1)
+        return out
+
+    def _itl_over(self, target: float) -> FloatArray:
+        """(N, K, 1 + E): for a batch of ``b`` (itself included), ``k`` gaps and each count of prompts
+        arriving behind it, P(α + β·b + δ·min(S, k·C)/k > target) with ``S`` their prompt tokens (one
+        prompt's lengths exactly, more by a normal approximation of their sum)."""
+        from scipy.special import ndtr  # noqa: PLC0415  scipy: +0.3 s on `--help`
+
+        if self._itl_memo is not None and self._itl_memo[0] == target:
+            return self._itl_memo[1]
+        base = (self._step + self._slope)[:, None, None]  # α + β·b, b = 1..N
+        room = (target - base) / max(self._delta, 1e-12)  # prompt tokens a step may add on average
+        cap = np.maximum(self._caps - 1.0, 1.0)[:, None, None]  # beside the b decodes
+        x = self._gaps[None, :, None] * room  # prompt tokens over the k gaps at which the mean ITL is over
+        n = np.concatenate(([0.0], REPRESENTATIVE))[None, None, :]
+        values, levels = self._knots
+        one = 1.0 - np.interp(x, values, levels, left=0.0, right=1.0)
+        sd = np.sqrt(np.maximum(n, 1e-12)) * max(self._prompt_sd, 1e-9)
+        many = ndtr((n * self._mean - x) / sd)
+        tail = np.where(n == 0.0, 0.0, np.where(n == 1.0, one, many))
+        out: FloatArray = np.where(room <= 0.0, 1.0, np.where(room >= cap, 0.0, tail))
+        self._itl_memo = (target, out)
         return out
 
     def _shares(self, target: float) -> tuple[FloatArray, FloatArray]:

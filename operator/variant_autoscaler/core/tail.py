@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -47,13 +47,15 @@ import numpy.typing as npt
 
 from variant_autoscaler.core.analyzer import SLO, Load, Sizing, SizingOutcome
 from variant_autoscaler.core.chunked import ChunkedPrefill
+from variant_autoscaler.core.neighbours import PLANNING_INTERVAL_MS, WithinCurve
 from variant_autoscaler.core.queueing import (
     EPSILON,
     QueueAnalyzer,
     RequestSize,
     ServiceParms,
-    TargetPerf,
 )
+from variant_autoscaler.core.tail_targets import TailTargets
+from variant_autoscaler.core.tail_targets import checked_number as _number
 from variant_autoscaler.core.workload import (
     DEFAULT_PREFILL_BUDGET,
     IDC_RANGE,
@@ -88,84 +90,6 @@ FloatArray = npt.NDArray[np.float64]
 _RATE_TOLERANCE = 2e-3
 #: Points per grid of the search: one evaluation of the model costs about the same for 2 or 40 points.
 _GRID = 40
-
-
-def _number(name: str, value: object, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value < math.inf:
-        raise ModelError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
-    return float(value)
-
-
-# ---- targets ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TailTargets:
-    """Targets on shares of requests: at most ``ttft_miss`` of them over ``ttft`` ms, at most
-    ``itl_miss`` over ``itl`` ms (per-request mean ITL), at most ``joint_miss`` over either. A budget of
-    0 leaves that constraint out (a target without any budget is WVA's mean target, sized by the
-    analyzer)."""
-
-    ttft: float = 0.0
-    itl: float = 0.0
-    ttft_miss: float = 0.0
-    itl_miss: float = 0.0
-    joint_miss: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("ttft", "itl"):
-            _number(f"{name} target", getattr(self, name))
-        for name in ("ttft_miss", "itl_miss", "joint_miss"):
-            value = _number(name, getattr(self, name))
-            if value >= 1.0:
-                raise ModelError(f"{name} must be a share below 1, got {value:g}")
-
-    @classmethod
-    def from_slo(cls, slo: SLO) -> TailTargets:
-        """The tail part of an SLO: its percentiles and its attainment (percent of requests meeting both
-        targets)."""
-        ttft_p, itl_p, attainment = slo.ttft_percentile, slo.itl_percentile, slo.attainment
-        return cls(
-            ttft=slo.ttft,
-            itl=slo.itl,
-            ttft_miss=1.0 - ttft_p / 100.0 if ttft_p > 0 and slo.ttft > 0 else 0.0,
-            itl_miss=1.0 - itl_p / 100.0 if itl_p > 0 and slo.itl > 0 else 0.0,
-            joint_miss=1.0 - attainment / 100.0 if attainment > 0 else 0.0,
-        )
-
-    @property
-    def is_tail(self) -> bool:
-        """Whether any share is bounded (else everything is a mean target)."""
-        return self._ttft_bounded or self._itl_bounded
-
-    @property
-    def _ttft_bounded(self) -> bool:
-        return self.ttft > 0 and (self.ttft_miss > 0 or self.joint_miss > 0)
-
-    @property
-    def _itl_bounded(self) -> bool:
-        return self.itl > 0 and (self.itl_miss > 0 or self.joint_miss > 0)
-
-    def mean_targets(self, tps: float = 0.0) -> TargetPerf:
-        """The targets left to the mean analyzer: those without a share budget (WVA's meaning)."""
-        return TargetPerf(
-            ttft=0.0 if self._ttft_bounded else self.ttft,
-            itl=0.0 if self._itl_bounded else self.itl,
-            tps=tps,
-        )
-
-    def describe(self) -> str:
-        parts = []
-        if self.ttft > 0:
-            share = f" for {100 * (1 - self.ttft_miss):g} %" if self.ttft_miss else ""
-            parts.append(f"TTFT ≤ {self.ttft:g} ms{share}")
-        if self.itl > 0:
-            share = f" for {100 * (1 - self.itl_miss):g} %" if self.itl_miss else ""
-            parts.append(f"ITL ≤ {self.itl:g} ms{share}")
-        text = ", ".join(parts)
-        if self.joint_miss:
-            text += f"; {100 * (1 - self.joint_miss):g} % of requests within both"
-        return text
 
 
 # ---- the model -------------------------------------------------------------------------------------
@@ -262,6 +186,7 @@ class TailModel:
         "_mu",
         "_pre0",
         "_pre1",
+        "_within_curve",
         "chunked_prefill",
         "lengths",
         "max_batch_size",
@@ -327,9 +252,14 @@ class TailModel:
         if not isinstance(self._bursts, Burstiness):
             raise ModelError(f"burstiness must be Burstiness, got {type(burstiness).__name__}")
         self._idc_curve = self._bursts.curve()
+        self._within_curve: WithinCurve | None = None
         self._in_knots = lengths.input.knots()
         # A chunked prefill's first token, beside the decodes and other prompts (core/chunked.py).
-        self._chunked = ChunkedPrefill(parms, n, lengths.input, prefill_budget) if chunked_prefill else None
+        self._chunked = (
+            ChunkedPrefill(parms, n, lengths.input, prefill_budget, lengths.output)
+            if chunked_prefill
+            else None
+        )
         self.rate_range = (
             float(self._mu[0]) * EPSILON * 1000.0,
             float(self._mu[-1]) * (1 - EPSILON) * 1000.0,
@@ -357,6 +287,19 @@ class TailModel:
             idc = 1.0 + np.minimum(lam * (1000.0 / rate), 1.0) * (idc - 1.0)
         out: FloatArray = np.clip(idc, IDC_RANGE[0], IDC_RANGE[1])
         return out
+
+    def _within(self, lam: FloatArray, window_ms: FloatArray) -> FloatArray:
+        """The IDC of a replica's arrivals over windows (ms) around the planned interval's mean rate
+        (:class:`~variant_autoscaler.core.neighbours.WithinCurve`): what the chunked prefill's
+        neighbours of an arrival see. Tabulated at the first call."""
+        if self._within_curve is None:
+            curve = self._idc_curve
+            self._within_curve = WithinCurve.of(
+                (lambda w: np.clip(curve(w * 1e-3), *IDC_RANGE)) if curve is not None else np.ones_like,
+                self._bursts.rate / 1000.0,
+                PLANNING_INTERVAL_MS,
+            )
+        return self._within_curve(lam, window_ms)
 
     def _state(self, lam: FloatArray) -> _State:
         return _State(*self._chain(lam, self._idc(lam, np.full(len(lam), self.service_time_ms))), lam)
@@ -412,7 +355,9 @@ class TailModel:
         if target <= 0:
             return np.zeros(len(state.p_wait))
         if self._chunked is not None:
-            head: FloatArray = np.sum(state.p_head * self._chunked.miss(state.lam, target, self._idc), axis=1)
+            head: FloatArray = np.sum(
+                state.p_head * self._chunked.miss(state.lam, target, self._within), axis=1
+            )
         else:
             c0, c1 = self._pre0, self._pre1
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -456,6 +401,13 @@ class TailModel:
     def _itl_miss(self, state: _State, target: float) -> FloatArray:
         if target <= 0:
             return np.zeros(len(state.p_wait))
+        if self._chunked is not None:
+            # A request stays for its TTFT and its gaps; prompts arriving meanwhile ride its steps.
+            life = (
+                self._ttft_mean(state)[:, None] + self._chunked.gaps[None, :] * self._itl_mean(state)[:, None]
+            )
+            seen = self._batch_seen(state)
+            return self._chunked.itl_miss(state.lam, target, seen, life, self._within)
         p = self.parms
         itl = (p.alpha + p.beta * np.arange(1.0, self.max_batch_size + 1.0))[None, :]
         over = itl * self._itl_scale(state.lam)[:, None] > target * (1.0 + 1e-9)
@@ -474,17 +426,26 @@ class TailModel:
         r = self._check_rate(rate)
         return self._predict(np.array([r / 1000.0]), targets or TailTargets())[0]
 
-    def _predict(self, lam: FloatArray, targets: TailTargets) -> list[TailPrediction]:
-        state = self._state(lam)
-        p, n = self.parms, self.max_batch_size
+    def _ttft_mean(self, state: _State) -> FloatArray:
         l_in = self.lengths.input.mean
-        batch = np.arange(1.0, n + 1.0)
         prefill = (self._pre0 if l_in > 0 else 0.0) + self._pre1 * l_in
         head = state.p_head @ prefill
         if self._chunked is not None and l_in > 0:
-            head = np.sum(state.p_head * self._chunked.mean(lam, self._idc), axis=1)
-        ttft = head + state.p_wait * (1.0 / state.eta + prefill[-1])
-        itl = (self._batch_seen(state) @ (p.alpha + p.beta * batch)) * self._itl_scale(lam)
+            head = np.sum(state.p_head * self._chunked.mean(state.lam, self._within), axis=1)
+        out: FloatArray = head + state.p_wait * (1.0 / state.eta + prefill[-1])
+        return out
+
+    def _itl_mean(self, state: _State) -> FloatArray:
+        p = self.parms
+        batch = np.arange(1.0, self.max_batch_size + 1.0)
+        out: FloatArray = (self._batch_seen(state) @ (p.alpha + p.beta * batch)) * self._itl_scale(state.lam)
+        return out
+
+    def _predict(self, lam: FloatArray, targets: TailTargets) -> list[TailPrediction]:
+        state = self._state(lam)
+        n = self.max_batch_size
+        batch = np.arange(1.0, n + 1.0)
+        ttft, itl = self._ttft_mean(state), self._itl_mean(state)
         rho = (state.p_head[:, 1:] @ batch[:-1] + state.p_wait * n) / n
         columns = (
             (lam * 1000.0).tolist(),
@@ -499,14 +460,14 @@ class TailModel:
 
     def ttft_quantile(self, rate: float, level: float) -> float:
         """The ``level`` quantile (0..1) of TTFT (ms) at ``rate`` req/s."""
-        lvl = self._level(level)
         state = self._state(np.array([self._check_rate(rate) / 1000.0]))
-        miss = 1.0 - lvl
+        top = float(self._pre0[-1] + self._pre1[-1] * self.lengths.input.values[-1])
+        return self._quantile(lambda t: float(self._ttft_miss(state, t)[0]), 1.0 - self._level(level), top)
 
-        def share(t: float) -> float:
-            return float(self._ttft_miss(state, t)[0])
-
-        lo, hi = 0.0, max(float(self._pre0[-1] + self._pre1[-1] * self.lengths.input.values[-1]), 1.0)
+    @staticmethod
+    def _quantile(share: Callable[[float], float], miss: float, top: float) -> float:
+        """The smallest target whose ``share`` over it is at most ``miss`` (bisection)."""
+        lo, hi = 0.0, max(top, 1.0)
         while share(hi) > miss:
             lo, hi = hi, hi * 2.0
         while hi - lo > 1e-6 * hi:
@@ -521,6 +482,9 @@ class TailModel:
         """The ``level`` quantile (0..1) of the per-request mean ITL (ms) at ``rate`` req/s."""
         lvl = self._level(level)
         state = self._state(np.array([self._check_rate(rate) / 1000.0]))
+        if self._chunked is not None:
+            top = float(self._itl_mean(state)[0]) + self.parms.delta * float(self._chunked.capacity[0])
+            return self._quantile(lambda t: float(self._itl_miss(state, t)[0]), 1.0 - lvl, top)
         seen = self._batch_seen(state)[0]
         over = 1.0 - np.cumsum(seen)  # P(batch > b), b = 1..N
         b = int(np.searchsorted(-over, -(1.0 - lvl)))  # the first b with P(batch > b) <= 1 - level

@@ -295,25 +295,25 @@ def test_chunked_miss_is_the_mixture_it_states_integrated_exactly() -> None:
     lam = np.array([2.0 / 1000.0])
     chunked = model._chunked
     assert chunked is not None
-    f, weights, g = chunked.mix(lam, model._idc)
-    assert 0.0 < f[0, 10] < 1.0 and 0.0 < g[0, 10] < 1.0
+    f, weights, counts = chunked.mix(lam, model._within)
+    assert 0.0 < f[0, 10] < 1.0 and 0.0 < counts[0, 10, 0] < 1.0
+    assert counts.sum(axis=2) == pytest.approx(np.ones((1, 64)))
     _, chunk, rest = chunked.chunks()
     rng = np.random.default_rng(3)
     n = 400_000
     values, levels = LOGNORMAL.input.knots()
     prompt = np.interp(rng.uniform(size=n), levels, values)
     points = chunked.under_way
-    queued = np.split(chunked.queued, np.cumsum(QUEUED_POINTS)[:-1])  # the points of 1, 2, 3 queued
+    queued = np.split(chunked.queued, np.cumsum(QUEUED_POINTS)[:-1])  # the points of each count bin
     for b in (1, 11, 40):
         step, cap = chunked.step[b - 1], chunked.capacity[b - 1]
         assert cap == max(400.0 - (b - 1), 1.0)
-        g_b = g[0, b - 1]
-        # prompts queued ahead: geometric in number with ratio g (three standing for three or more)
-        number = np.minimum(rng.geometric(1.0 - g_b, n) - 1, 3)
+        # prompts queued ahead: a count bin drawn by its share (0: none), then one of its points
+        number = rng.choice(len(QUEUED_POINTS) + 1, n, p=counts[0, b - 1] / counts[0, b - 1].sum())
         companion = np.zeros(n)
-        for count in (1, 2, 3):
-            picked = queued[count - 1][rng.integers(0, len(queued[count - 1]), n)]
-            companion = np.where(number == count, picked, companion)
+        for k, bin_points in enumerate(queued, start=1):
+            picked = bin_points[rng.integers(0, len(bin_points), n)]
+            companion = np.where(number == k, picked, companion)
         which = rng.choice(len(points), n, p=weights[b - 1])
         carrying = rng.uniform(size=n) < f[0, b - 1]
         span = np.where(carrying, step + A100.delta * chunk[b - 1, which], step)
@@ -321,7 +321,7 @@ def test_chunked_miss_is_the_mixture_it_states_integrated_exactly() -> None:
         steps = np.maximum(np.ceil((ahead + prompt) / cap), 1.0)
         ttft = rng.uniform(size=n) * span + steps * step + A100.delta * (ahead + prompt)
         for target in (60.0, 120.0, 250.0):
-            exact = float(chunked.miss(lam, target, model._idc)[0, b - 1])
+            exact = float(chunked.miss(lam, target, model._within)[0, b - 1])
             assert exact == pytest.approx(float(np.mean(ttft > target)), abs=4e-3), (b, target)
 
 
