@@ -418,11 +418,13 @@ class OptimizerPlanner:
             service, how[v.key] = resolved
             share = members.get(v.share_group, 1) if v.share_group is not None else 1
             rpm = v.load.arrival_rate_rpm if v.load is not None else 0.0
+            tokens = (v.load.avg_input_tokens, v.load.avg_output_tokens) if v.load is not None else (0.0, 0.0)
             if service.slo.is_tail:
                 ahead.add(v.key)
                 if v.ahead_rpm is not None and v.load is not None and v.ahead_rpm > rpm:
                     how[v.key] += f"; planned for the forecast {v.ahead_rpm:.4g} req/min"
                     rpm = v.ahead_rpm
+                    tokens = _forecast_tokens(v, tokens)
             profiles, max_batch, capped = _kv_capped(v)
             try:
                 variant = VariantInput(
@@ -431,9 +433,7 @@ class OptimizerPlanner:
                     model_id=v.model_id,
                     service=service,
                     profiles=profiles,
-                    load=None
-                    if v.load is None
-                    else Load(rpm / share, v.load.avg_input_tokens, v.load.avg_output_tokens),
+                    load=None if v.load is None else Load(rpm / share, *tokens),
                     current_accelerator=v.accelerator,
                     current_replicas=v.current_replicas,
                     min_replicas=v.min_replicas,
@@ -535,6 +535,16 @@ def _inferred_service(v: PlannedVariant) -> tuple[tuple[ServiceTarget, str] | No
         return None, f"SLOs inferred with sloMultiplier {k:g} ({where}): {exc}"
     how = f"SLOs inferred with sloMultiplier {k:g} ({where}): {found.describe()}"
     return (ServiceTarget("queueing-model", DEFAULT_PRIORITY, found.slo), how), ""
+
+
+def _forecast_tokens(v: PlannedVariant, tokens: tuple[float, float]) -> tuple[float, float]:
+    """The request lengths to plan a forecast demand with: the window's means, or, where no request
+    finished in the window (a silent minute between bursts), the means of the lengths measured over the
+    longer look-back (the workload): a forecast of requests to come is not a load of empty requests."""
+    if tokens[1] > 0 or v.workload is None or v.workload.lengths is None:
+        return tokens
+    lengths = v.workload.lengths
+    return (lengths.input.mean, lengths.output.mean)
 
 
 def _kv_capped(v: PlannedVariant) -> tuple[tuple[Profile, ...], int | None, tuple[str, str] | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -197,3 +198,32 @@ def test_the_forecast_is_planned_for_only_where_the_class_states_attainment() ->
     planned = limited.decisions[("ns", "v")].replicas
     assert limited.room == {("ns", "v"): 16 - planned}
     assert now.room == {}
+
+
+def test_a_forecast_after_a_silent_window_is_planned_with_the_lengths_measured_before() -> None:
+    # No request finished in the window (a silent minute between bursts): the window's token means are
+    # 0. The forecast says requests are coming: they are planned at the lengths of the look-back, not
+    # as an empty load (which sized the variant to its minimum and cancelled replicas still starting).
+    head = "name: Premium\npriority: 1\ndata:\n  - {model: m, slo-tpot: 50, slo-ttft: 1000"
+    classes = parse_service_classes({"premium.yaml": head + ", slo-attainment: 99}\n"})
+    base = _request(head + ", slo-attainment: 99}\n", ahead=1800.0, capacity=None).variants[0]
+    measured = Workload(LOGNORMAL)
+    silent = replace(base, load=ObservedLoad(0.0, 0.0, 0.0), workload=measured)
+    busy = replace(
+        base, load=ObservedLoad(0.0, LOGNORMAL.input.mean, LOGNORMAL.output.mean), workload=measured
+    )
+    planner = OptimizerPlanner()
+
+    def plan(v: PlannedVariant) -> int:
+        request = PlanRequest(
+            variants=(v,),
+            accelerators=ACCS,
+            classes=classes,
+            optimizer=OptimizerConfig(unlimited=True, batch_sizes=1),
+            capacity=None,
+        )
+        return planner.plan(request).decisions[("ns", "v")].replicas
+
+    assert plan(silent) == plan(busy) > 1
+    # Without a measured workload nothing says how long the coming requests are: as before.
+    assert plan(replace(silent, workload=None)) == 1
