@@ -45,6 +45,7 @@ HISTORY_MIN: dict[str, int] = {
     "node-failure": 20,
     "azure-conv": 20,
     "azure-conv-x4": 20,
+    "azure-code": 20,
 }
 
 
