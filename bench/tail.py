@@ -289,6 +289,29 @@ def read_azure() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray
     return arrivals.times, arrivals.input_tokens, np.maximum(arrivals.output_tokens, 2)
 
 
+def minute_models(
+    parms: ServiceParms,
+    t: np.ndarray[Any, Any],
+    ins: np.ndarray[Any, Any],
+    outs: np.ndarray[Any, Any],
+    chunked: bool,
+) -> list[tuple[int, TailModel, float]]:
+    """A replayed trace predicted minute by minute, after the first 10 % of its requests: per minute its
+    requests, the model (batch 64, the trace's lengths, the burstiness of the five minutes around it over
+    1–30 s windows) and its rate."""
+    lengths = RequestLengths(TokenLengths.from_samples(ins), TokenLengths.from_samples(outs))
+    minutes = (t[len(t) // 10 :] // 60).astype(int)
+    parts = []
+    for m in np.unique(minutes):
+        around = (t >= (m - 2) * 60) & (t < (m + 3) * 60)
+        n = int(np.sum(minutes == m))
+        model = TailModel(
+            parms, 64, lengths, burstiness_from_times(t[around], WINDOWS[:5]), chunked_prefill=chunked
+        )
+        parts.append((n, model, min(n / 60.0, model.rate_range[1])))
+    return parts
+
+
 def trace_rows(
     factory: Callable[..., Any],
 ) -> list[tuple[float, float, float, list[tuple[float, float, float]]]]:
@@ -303,17 +326,8 @@ def trace_rows(
         arr = replay.arrivals(np.random.default_rng(3), math.inf)
         t, i, o = arr.times, arr.input_tokens, np.maximum(arr.output_tokens, 2)
         _, ttft, _ = serve(factory, H100, 64, t, i, o)
-        lengths = RequestLengths(TokenLengths.from_samples(i), TokenLengths.from_samples(o))
         warm = len(t) // 10
-        minutes = (t[warm:] // 60).astype(int)
-        parts = []
-        for m in np.unique(minutes):
-            around = (t >= (m - 2) * 60) & (t < (m + 3) * 60)
-            n = int(np.sum(minutes == m))
-            model = TailModel(
-                H100, 64, lengths, burstiness_from_times(t[around], WINDOWS[:5]), chunked_prefill=chunked
-            )
-            parts.append((n, model, min(n / 60.0, model.rate_range[1])))
+        parts = minute_models(H100, t, i, o, chunked)
         total = sum(n for n, _, _ in parts)
 
         def share(x: float, parts: list[tuple[int, TailModel, float]] = parts, total: int = total) -> float:
@@ -355,17 +369,8 @@ def code_rows(factory: Callable[..., Any] = v1_engine) -> list[CodeRow]:
         arr = replay.arrivals(np.random.default_rng(3), math.inf)
         t, i, o = arr.times, arr.input_tokens, np.maximum(arr.output_tokens, 2)
         _, ttft, itl = serve(factory, A100, 64, t, i, o)
-        lengths = RequestLengths(TokenLengths.from_samples(i), TokenLengths.from_samples(o))
         warm = len(t) // 10
-        minutes = (t[warm:] // 60).astype(int)
-        parts = []
-        for m in np.unique(minutes):
-            around = (t >= (m - 2) * 60) & (t < (m + 3) * 60)
-            n = int(np.sum(minutes == m))
-            model = TailModel(
-                A100, 64, lengths, burstiness_from_times(t[around], WINDOWS[:5]), chunked_prefill=chunked
-            )
-            parts.append((n, model, min(n / 60.0, model.rate_range[1])))
+        parts = minute_models(A100, t, i, o, chunked)
 
         def mixed(
             targets: TailTargets, parts: list[tuple[int, TailModel, float]] = parts
