@@ -19,6 +19,16 @@ start-up, and the queue keeps growing meanwhile: sized on the queue of now, they
 The collector's demand (:func:`variant_autoscaler.core.demand.demand_rate`), read over the guard's
 window, with that backlog for the queue.
 
+**A rise.** Where the arrivals (completions plus the queue's growth) are read over a shorter window too
+(``short_window_s``) and come faster over it than over ``window_s`` by at least :data:`RISE_MIN`, they
+are rising (a crowd arriving, not a capacity lost: a lost replica slows the completions as much as it
+grows the queue). The rise is projected over the start-up at the slope between the two windows (their
+midpoints ``(window_s − short_window_s)/2`` apart), to at most :data:`RISE_CAP` times the short window's
+rate; the demand is then the larger of the above and that projected rate plus the backlog there will be
+by then (the queue of now, the arrivals' mean over the start-up less what the ready replicas serve, less
+what the replicas still starting serve), drained within the start-up. Sized on the arrivals of now, the
+guard caught up with a rising crowd one step at a time, each step's replicas ready three minutes on.
+
 **Supply.** Every replica already asked for that will serve, each at the rate one replica of its
 variant sustains: ready ones, those still starting, each of which will be ready before any replica
 asked for now (their expected ready times are named in the reason), and those pending (not yet
@@ -42,6 +52,8 @@ from variant_autoscaler.core.demand import demand_rate
 from variant_autoscaler.errors import ModelError
 
 __all__ = [
+    "RISE_CAP",
+    "RISE_MIN",
     "GuardDecision",
     "GuardInput",
     "GuardParams",
@@ -51,6 +63,12 @@ __all__ = [
     "serving",
     "take_room",
 ]
+
+
+#: Arrivals over the short window at least this much above the long window's (relative) are a rise.
+RISE_MIN = 0.25
+#: A rise is projected to at most this multiple of the short window's arrival rate.
+RISE_CAP = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +119,11 @@ class GuardInput:
     kv_usage: float
     drain_s: float
     variants: tuple[GuardVariant, ...]
+    # The completions and the queue's growth over a shorter window ending now, ``short_window_s`` (a rise
+    # of the arrivals is projected from the two windows); None: not read.
+    completion_rate_short: float | None = None
+    waiting_growth_short: float | None = None
+    short_window_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,18 +155,49 @@ def take_room(planned: int, room: int, added: int) -> tuple[int, int]:
     return planned + taken, room - taken
 
 
+def _starting_credit(inp: GuardInput, drain: float) -> float:
+    """Requests the replicas still starting serve between their expected ready times and ``drain`` s
+    from now."""
+    return sum(
+        (v.rate_per_replica or 0.0) * max(0.0, drain - max(0.0, t - inp.now))
+        for v in inp.variants
+        for t in v.starting_ready_at
+    )
+
+
 def backlog_at_ready(inp: GuardInput) -> float:
     """Requests waiting when replicas asked for now are ready, ``drain_s`` from now (see the module
     doc): the queue, plus its growth (when it grows) over the start-up, less what each replica still
     starting serves between its expected ready time and then; never below 0."""
     drain = max(inp.drain_s, 1.0)
     growth = max(0.0, inp.waiting_growth) / max(inp.window_s, 1e-9)
-    credit = sum(
-        (v.rate_per_replica or 0.0) * max(0.0, drain - max(0.0, t - inp.now))
-        for v in inp.variants
-        for t in v.starting_ready_at
-    )
-    return max(0.0, max(inp.waiting, 0.0) + growth * drain - credit)
+    return max(0.0, max(inp.waiting, 0.0) + growth * drain - _starting_credit(inp, drain))
+
+
+def rising_arrivals(inp: GuardInput) -> tuple[float, float] | None:
+    """``(now, at_ready)``: the arrival rate over the short window and the one projected for when
+    replicas asked for now are ready, where the arrivals rise (see the module doc); None otherwise or
+    without the short window's reading."""
+    short_s, long_s = inp.short_window_s, inp.window_s
+    if inp.completion_rate_short is None or inp.waiting_growth_short is None or not 0.0 < short_s < long_s:
+        return None
+    long = max(inp.completion_rate, 0.0) + inp.waiting_growth / long_s
+    now = max(inp.completion_rate_short, 0.0) + inp.waiting_growth_short / short_s
+    if long <= 0.0 or inp.waiting_growth_short <= 0.0 or now <= long * (1.0 + RISE_MIN):
+        return None
+    slope = (now - long) / ((long_s - short_s) / 2.0)
+    return now, min(now + slope * max(inp.drain_s, 1.0), RISE_CAP * now)
+
+
+def _rising_demand(inp: GuardInput, rise: tuple[float, float]) -> float:
+    """The demand a rise asks for: its rate when new replicas are ready, plus the backlog there will be
+    then (the queue, the arrivals' mean over the start-up less what the ready replicas serve now, less
+    the starting replicas' credit) drained within the start-up."""
+    drain = max(inp.drain_s, 1.0)
+    now, at_ready = rise
+    served = max(inp.completion_rate_short or 0.0, 0.0)
+    backlog = max(inp.waiting, 0.0) + ((now + at_ready) / 2.0 - served) * drain - _starting_credit(inp, drain)
+    return at_ready + max(backlog, 0.0) / drain
 
 
 def _supply_text(variants: Sequence[GuardVariant], now: float) -> str:
@@ -190,8 +244,16 @@ def guard(inp: GuardInput, params: GuardParams | None = None) -> GuardDecision:
     supply = sum(_serving(v) * (v.rate_per_replica or 0.0) for v in known)
     what = (
         f"{'; '.join(signals)}: demand {demand:.2f} req/s (a backlog of {backlog:.0f} to drain once new "
-        f"replicas are ready), the replicas asked for sustain {supply:.2f}"
+        f"replicas are ready)"
     )
+    rise = rising_arrivals(inp)
+    if rise is not None and (rising := _rising_demand(inp, rise)) > demand:
+        demand = rising
+        what += (
+            f"; arrivals rising, {rise[0]:.2f} req/s over the last {inp.short_window_s:g} s: "
+            f"{rise[1]:.2f} projected when new replicas are ready, demand {demand:.2f} req/s"
+        )
+    what += f", the replicas asked for sustain {supply:.2f}"
     have = _supply_text(inp.variants, inp.now)
     if demand <= supply * (1.0 + 1e-9):
         return GuardDecision({}, f"{what} ({have})")

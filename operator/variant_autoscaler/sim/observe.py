@@ -108,6 +108,9 @@ class VariantView:
     metrics_ok: bool  # False until the window holds two scrapes
     # When each starting pod is expected to be ready (its scheduling time + the model's start-up time).
     starting_ready_at: tuple[float, ...] = ()
+    # The completions and the queue's growth over the guard's short window (None: not two scrapes yet).
+    success_rpm_short: float | None = None
+    waiting_growth_short: float | None = None
 
 
 #: The simulated inference gateway's counter of arriving requests, as the Gateway API inference extension's

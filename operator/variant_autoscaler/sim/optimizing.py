@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -587,6 +587,9 @@ class OptimizerPolicy(Policy):
                     window_s=window,
                     kv_usage=sum(v.kv_usage * v.ready for v in views) / ready if ready else 0.0,
                     drain_s=model.startup_s,
+                    completion_rate_short=_total((v.success_rpm_short for v in views), 60.0),
+                    waiting_growth_short=_total(v.waiting_growth_short for v in views),
+                    short_window_s=window / 2.0,
                     variants=tuple(
                         GuardVariant(
                             key=var.name,
@@ -681,6 +684,16 @@ class OptimizerPolicy(Policy):
         if decision.replicas != view.desired:
             state.last_scale_time = _at(now)
         return decision.replicas
+
+
+def _total(values: Iterable[float | None], per: float = 1.0) -> float | None:
+    """The sum of ``values`` divided by ``per``; None when any is None (not read)."""
+    out = 0.0
+    for v in values:
+        if v is None:
+            return None
+        out += v
+    return out / per
 
 
 def wva_policy(

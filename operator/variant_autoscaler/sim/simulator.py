@@ -537,17 +537,26 @@ class Simulation:
         self.series_cost.append(cost_now)
         self.series_gateway.append([len(q) for q in self.gateway])
 
+    def _first_scrape(self, window: float) -> int:
+        """The index of the first scrape within ``window`` s of the last one (the last when none)."""
+        i1 = len(self.scrape_t) - 1
+        i0 = i1
+        if i1 >= 0:
+            t1 = self.scrape_t[i1]
+            while i0 > 0 and self.scrape_t[i0 - 1] >= t1 - window - 1e-9:
+                i0 -= 1
+        return i0
+
     def observe(self) -> Observation:
         """What a real autoscaler would see now (from the last scrape)."""
         window = self.sc.settings.rate_window_s
         views: dict[str, VariantView] = {}
         n = len(self.scrape_t)
         i1 = n - 1
-        i0 = i1
-        if n:
-            t1 = self.scrape_t[i1]
-            while i0 > 0 and self.scrape_t[i0 - 1] >= t1 - window - 1e-9:
-                i0 -= 1
+        i0 = self._first_scrape(window)
+        # The burst guard's short window: half the rate window, as long as it spans two scrapes.
+        short = window / 2.0
+        j0 = self._first_scrape(short) if short >= 2.0 * self.sc.settings.scrape_interval_s else i1
         for var, name in enumerate(self.var_names):
             pods = self.var_pods[var]
             ready = sum(1 for p in pods if p.state == PodState.READY)
@@ -574,6 +583,14 @@ class Simulation:
                     ttft = d[4] / d[1] * 1000.0
                 if d[6] > 0:
                     itl = d[5] / d[6] * 1000.0
+            short_success = short_growth = None
+            if ok and j0 < i1:
+                short_success = (
+                    (self.scrape_c[i1][var][1] - self.scrape_c[j0][var][1])
+                    / (self.scrape_t[i1] - self.scrape_t[j0])
+                    * 60.0
+                )
+                short_growth = waiting - self.scrape_g[j0][var][1]
             views[name] = VariantView(
                 name=name,
                 model=self.models[self.var_model[var]],
@@ -595,6 +612,8 @@ class Simulation:
                 kv_usage=kv,
                 metrics_ok=ok,
                 starting_ready_at=ready_at,
+                success_rpm_short=short_success,
+                waiting_growth_short=short_growth,
             )
         capacity: dict[str, int] = {a.name: 0 for a in self.sc.accelerators}
         allocated: dict[str, int] = {a.name: 0 for a in self.sc.accelerators}

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from variant_autoscaler.core.guard import (
+    RISE_CAP,
+    RISE_MIN,
     GuardInput,
     GuardParams,
     GuardVariant,
     backlog_at_ready,
     guard,
+    rising_arrivals,
     take_room,
 )
 from variant_autoscaler.errors import ModelError
@@ -157,3 +162,46 @@ def test_bad_parameters() -> None:
         GuardParams(kv_threshold=1.5)
     with pytest.raises(ModelError):
         guard(_input(GuardVariant("ns/a", desired=-1, ready=0, rate_per_replica=1.0)))
+
+
+# ---- a rise of the arrivals -------------------------------------------------------------------------
+
+
+def _rising(short_completions: float, short_growth: float, **kwargs: float) -> GuardInput:
+    """Two replicas at 3.5 req/s each, saturated; the long window (60 s) and the short one (30 s)."""
+    v = GuardVariant("ns/a", desired=2, ready=2, rate_per_replica=3.5, planned=2)
+    inp = _input(v, **kwargs)
+    return replace(
+        inp,
+        completion_rate_short=short_completions,
+        waiting_growth_short=short_growth,
+        short_window_s=30.0,
+        variants=(replace(v, max_replicas=40),),
+    )
+
+
+def test_arrivals_that_come_faster_over_the_short_window_are_projected_over_the_start_up() -> None:
+    # A crowd: over 60 s, 7 completed/s and the queue grew by 60 (8 arriving/s); over the last 30 s, 7
+    # completed/s and the queue grew by 120 (11/s). The slope: 3 req/s over 15 s; over the 180 s start-up
+    # the rise would reach 47, capped at 1.5 x 11 = 16.5.
+    inp = _rising(7.0, 120.0, completions=7.0, growth=60.0, waiting=90.0)
+    assert rising_arrivals(inp) == pytest.approx((11.0, RISE_CAP * 11.0))
+    decision = guard(inp)
+    # Demand: 16.5 when ready, plus a backlog of 90 + ((11 + 16.5)/2 - 7) x 180 = 1305 over 180 s: 23.75.
+    assert "arrivals rising, 11.00 req/s over the last 30 s: 16.50 projected" in decision.reason
+    assert "demand 23.75 req/s" in decision.reason
+    without = guard(replace(inp, completion_rate_short=None, waiting_growth_short=None))
+    assert decision.replicas["ns/a"] > without.replicas["ns/a"] > 2
+
+
+def test_a_lost_replica_is_not_a_rise() -> None:
+    # Capacity lost: completions fall as much as the queue grows; what arrives (their sum) is flat.
+    inp = _rising(4.0, 60.0, completions=5.5, growth=60.0, waiting=60.0)
+    assert rising_arrivals(inp) is None
+    # Nor a rise below RISE_MIN, nor one read without the short window, nor a shrinking queue.
+    slight = (1.0 + RISE_MIN / 2.0) * 8.0
+    assert rising_arrivals(_rising(7.0, (slight - 7.0) * 30.0, completions=7.0, growth=60.0)) is None
+    assert (
+        rising_arrivals(replace(_rising(7.0, 90.0, completions=7.0, growth=60.0), short_window_s=0.0)) is None
+    )
+    assert rising_arrivals(_rising(12.0, -30.0, completions=7.0, growth=60.0)) is None
