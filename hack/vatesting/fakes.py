@@ -390,7 +390,7 @@ class FakePrometheus:
         query = request.url.params["query"]
         if request.url.path.endswith("/query_range"):
             return self._range(request)
-        if query == build_guard_query(60.0):  # the burst guard's one query: four signals per model
+        if query in (build_guard_query(60.0), build_guard_query(60.0, 30.0)):  # the burst guard's one query
             return self._guard()
         by_query = {q: name for name, q in build_queries(60.0).items()}
         saturation = {q: name for name, q in build_saturation_queries(60.0).items()}
@@ -454,10 +454,16 @@ class FakePrometheus:
             "completions": "completion_rate",
             "kv": "kv",
         }
+        # Over the rise window, only where a test sets them (a series Prometheus did not return).
+        optional = {"growth_short": "waiting_growth_short", "completions_short": "completion_rate_short"}
         for (model, ns), row in self.series.items():
             for signal, column in signals.items():
                 labels = {"model_name": model, "namespace": ns, "signal": signal}
                 result.append({"metric": labels, "value": [self.now, repr(row.get(column, 0.0))]})
+            for signal, column in optional.items():
+                if column in row:
+                    labels = {"model_name": model, "namespace": ns, "signal": signal}
+                    result.append({"metric": labels, "value": [self.now, repr(row[column])]})
         return httpx.Response(
             200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
         )

@@ -109,19 +109,23 @@ def test_every_query_is_valid_promql(prometheus: PrometheusServer) -> None:
     assert {row["metric"].get("le") for row in buckets} == {"100", "+Inf"}
 
 
-def test_the_guard_reads_four_signals_per_model_in_one_query(prometheus: PrometheusServer) -> None:
-    query = build_guard_query(30.0)
+def test_the_guard_reads_its_signals_per_model_in_one_query(prometheus: PrometheusServer) -> None:
+    """Four signals, and two more over the rise window (here 10 s of the 30 s window, 2 s scrapes)."""
+    query = build_guard_query(30.0, 10.0)
+    every = {"waiting", "growth", "completions", "kv", "growth_short", "completions_short"}
 
     def signals() -> GuardSignals | None:
         rows = prometheus.query(query)
-        # The rate and the growth need two scrapes in their window: wait for all four parts.
-        if {r["metric"].get("signal") for r in rows} != {"waiting", "growth", "completions", "kv"}:
+        # The rates and the growths need two scrapes in their windows: wait for all six parts.
+        if {r["metric"].get("signal") for r in rows} != every:
             return None
         samples = [Sample(r["metric"], float(r["value"][1]), float(r["value"][0])) for r in rows]
         return read_guard_signals(samples).get(("m", "ns"))
 
-    found = wait_for(signals, timeout=120, what="all four guard signals")
+    found = wait_for(signals, timeout=120, what="all six guard signals")
     assert found.kv == 0.25 and found.completions > 0 and 0 <= found.waiting < 5
+    assert found.completions_short is not None and found.completions_short > 0
+    assert found.growth_short is not None
 
 
 def test_the_arrival_counter_is_the_forecast_input_where_configured(prometheus: PrometheusServer) -> None:

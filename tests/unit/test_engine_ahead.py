@@ -256,6 +256,28 @@ async def test_the_burst_guard_scales_up_between_cycles_with_one_query() -> None
     assert any(r["numReplicas"] == guarded for r in h.status()["recommendations"])
 
 
+async def test_the_guard_projects_arrivals_that_rise_over_its_short_window() -> None:
+    """A crowd: arrivals over the last 30 s well above the last minute's. The guard reads both in its
+    one query and asks for more than the arrivals of now need; without the short window's reading (a
+    Prometheus that returned no such series) it sizes on the minute's."""
+
+    async def burst(**short: float) -> tuple[int, str]:
+        h = _harness(FORECAST_QUANTILE="0")
+        h.load(120.0)
+        await h.engine.run_cycle()
+        _deployment(h)["status"]["readyReplicas"] = h.replicas()
+        h.load(120.0, waiting=20.0, waiting_growth=20.0, **short)
+        await h.engine.guard.tick()
+        action = h.engine.guard.actions()[(NS, VA)]
+        return h.replicas(), action.reason
+
+    # Over the minute 2 + 20/60 = 2.33 arriving per second; over the last 30 s 2 + 30/30 = 3.
+    rising, why = await burst(completion_rate_short=2.0, waiting_growth_short=30.0)
+    level, plain = await burst()
+    assert rising > level
+    assert "arrivals rising, 3.00 req/s over the last 30 s" in why and "arrivals rising" not in plain
+
+
 async def test_the_guard_expects_the_replicas_a_cycle_asked_for_one_start_up_later() -> None:
     h = _harness(FORECAST_QUANTILE="0")
     h.load(600.0)
@@ -305,6 +327,20 @@ def test_the_guard_query_is_one_query_of_four_signals() -> None:
     read = read_guard_signals(samples)
     assert read[("m", "ns")].waiting == 12.0 and read[("m", "ns")].kv == 0.0
     assert read[("m", "")].completions == 3.0
+
+
+def test_the_guard_query_reads_the_rise_window_too_where_there_is_one() -> None:
+    query = build_guard_query(60.0, 30.0)
+    assert query.count(" or ") == 5 and "[1m]" in query and "[30s]" in query
+    samples = [
+        Sample({"model_name": "m", "namespace": "ns", "signal": "growth_short"}, 40.0, 0.0),
+        Sample({"model_name": "m", "namespace": "ns", "signal": "completions_short"}, 7.5, 0.0),
+        Sample({"model_name": "m", "namespace": "ns", "signal": "waiting"}, 12.0, 0.0),
+        Sample({"model_name": "n", "namespace": "ns", "signal": "waiting"}, 1.0, 0.0),
+    ]
+    read = read_guard_signals(samples)
+    assert read[("m", "ns")].growth_short == 40.0 and read[("m", "ns")].completions_short == 7.5
+    assert read[("n", "ns")].growth_short is None  # not read: no rise is projected for it
 
 
 async def test_a_plan_that_moves_the_load_scales_down_only_once_the_new_replicas_serve() -> None:

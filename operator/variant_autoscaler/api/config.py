@@ -46,6 +46,10 @@ WVA's keys keep their meaning: ``PROMETHEUS_*``, ``GLOBAL_OPT_INTERVAL`` (a Go d
                                           Prometheus, one range query (default ``4h``; ``0``: none)
 ``BURST_GUARD_INTERVAL``                  how often the burst guard reads the queues of models with
                                           attainment classes (default ``15s``; ``0``: off)
+``BURST_GUARD_RISE_WINDOW``               a window shorter than ``METRICS_WINDOW`` over which the guard
+                                          also reads arrivals: faster over it, they are rising, and
+                                          the guard projects the rise over the start-up (default half
+                                          of ``METRICS_WINDOW``; ``0``: off)
 ``CHUNKED_PREFILL``                       ``true`` (default: vLLM V1): a prompt is prefilled inside one step
                                           beside the running decodes; ``false``: at the pace of the
                                           whole batch (WVA's accounting); the tail model's TTFT
@@ -141,6 +145,7 @@ MAIN_CONFIG_KEYS: tuple[str, ...] = (
     "FORECAST_LEVEL_SHIFT",
     "FORECAST_HISTORY",
     "BURST_GUARD_INTERVAL",
+    "BURST_GUARD_RISE_WINDOW",
     "ARRIVAL_COUNTER",
     "BURSTINESS_COUNTER",
     "CHUNKED_PREFILL",
@@ -281,6 +286,8 @@ class MainConfig(BaseModel):
     # How far back a new forecaster learns its model's past rate from Prometheus (0: it starts afresh).
     forecast_history_seconds: float = 4 * 3600.0
     guard_interval_seconds: float = 15.0
+    # The burst guard's shorter window, over which a rise of the arrivals shows (0: none projected).
+    guard_rise_window_seconds: float = 30.0
     arrival_counter: str | None = None
     burstiness_counter: str = "vllm:request_success_total"
     chunked_prefill: bool = True
@@ -443,6 +450,13 @@ def parse_main_config(
         raise ConfigError(f"MAX_NUM_BATCHED_TOKENS={budget_raw!r} must be at least 1 (tokens per step)")
     arrivals = _metric_name(cm, "ARRIVAL_COUNTER") or None
     counter = _metric_name(cm, "BURSTINESS_COUNTER") or arrivals or "vllm:request_success_total"
+    metrics_window = _duration(cm, "METRICS_WINDOW", 60.0, positive=True)
+    rise_window = _duration(cm, "BURST_GUARD_RISE_WINDOW", metrics_window / 2.0)
+    if rise_window >= metrics_window:
+        raise ConfigError(
+            f"BURST_GUARD_RISE_WINDOW={cm.get('BURST_GUARD_RISE_WINDOW', '')!r} must be shorter than "
+            f"METRICS_WINDOW ({metrics_window:g}s): arrivals rise where they come faster over it (0: off)"
+        )
     return MainConfig(
         prometheus=prometheus,
         interval_seconds=_duration(cm, "GLOBAL_OPT_INTERVAL", DEFAULT_INTERVAL_SECONDS, positive=True),
@@ -453,7 +467,7 @@ def parse_main_config(
         scale_down_stabilization_seconds=(
             _duration(cm, "SCALE_DOWN_STABILIZATION_WINDOW", 0.0) if stabilization_raw else None
         ),
-        metrics_window_seconds=_duration(cm, "METRICS_WINDOW", 60.0, positive=True),
+        metrics_window_seconds=metrics_window,
         metrics_staleness_seconds=_duration(cm, "METRICS_STALENESS", 120.0, positive=True),
         queue_drain_seconds=_duration(cm, "QUEUE_DRAIN_TIME", 300.0, positive=True),
         pending_timeout_seconds=_duration(cm, "PENDING_REPLICAS_TIMEOUT", 600.0),
@@ -469,6 +483,7 @@ def parse_main_config(
         forecast_level_shift=shift,
         forecast_history_seconds=_duration(cm, "FORECAST_HISTORY", 4 * 3600.0),
         guard_interval_seconds=_duration(cm, "BURST_GUARD_INTERVAL", 15.0),
+        guard_rise_window_seconds=rise_window,
         arrival_counter=arrivals,
         burstiness_counter=counter,
         chunked_prefill=chunked_raw == "true",

@@ -520,7 +520,9 @@ class BurstGuard:
             return {}
         self.ticks += 1
         self.queries += 1
-        samples = await collector.client.query(build_guard_query(self._cfg.metrics_window_seconds))
+        samples = await collector.client.query(
+            build_guard_query(self._cfg.metrics_window_seconds, self._cfg.guard_rise_window_seconds)
+        )
         signals = read_guard_signals(samples)
         now = self._clock()
         by_model: dict[ModelKey, list[_Armed]] = {}
@@ -542,6 +544,9 @@ class BurstGuard:
                     window_s=self._cfg.metrics_window_seconds,
                     kv_usage=kv_ready,
                     drain_s=self._cfg.startup_seconds,
+                    completion_rate_short=found.completions_short,
+                    waiting_growth_short=found.growth_short,
+                    short_window_s=self._cfg.guard_rise_window_seconds,
                     variants=tuple(
                         GuardVariant(
                             key=f"{m.key[0]}/{m.key[1]}",

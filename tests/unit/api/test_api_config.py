@@ -214,3 +214,13 @@ def test_scale_to_zero_configmap_wins_over_env() -> None:
         parse_main_config({"WVA_SCALE_TO_ZERO": "false"}, env={"WVA_SCALE_TO_ZERO": "true"}).scale_to_zero
         is False
     )
+
+
+def test_the_guards_rise_window_is_half_the_rate_window_unless_set() -> None:
+    assert parse_main_config({}).guard_rise_window_seconds == 30.0
+    assert parse_main_config({"METRICS_WINDOW": "2m"}).guard_rise_window_seconds == 60.0
+    assert parse_main_config({"BURST_GUARD_RISE_WINDOW": "20s"}).guard_rise_window_seconds == 20.0
+    assert parse_main_config({"BURST_GUARD_RISE_WINDOW": "0"}).guard_rise_window_seconds == 0.0
+    for bad in ("1m", "90s", "soon"):
+        with pytest.raises(ConfigError, match="BURST_GUARD_RISE_WINDOW"):
+            parse_main_config({"BURST_GUARD_RISE_WINDOW": bad})
