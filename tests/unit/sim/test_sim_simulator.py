@@ -196,6 +196,20 @@ def test_policy_observes_scraped_rates() -> None:
     assert view.ready == 1 and view.desired == 1
     assert policy.seen[0].capacity == {"A100": 8}
     assert policy.seen[0].allocated == {"A100": 1}
+    # The burst guard's short window (half the rate window, 10 s): scrapes at 20 and 30, 10 completions.
+    assert view.success_rpm_short == pytest.approx(60.0)
+    assert view.waiting_growth_short == pytest.approx(0.0)
+
+
+def test_the_short_window_is_not_read_where_it_spans_fewer_than_two_scrapes() -> None:
+    times = [0.5 + k for k in range(60)]
+    settings = SimSettings(scrape_interval_s=10.0, rate_window_s=30.0)  # a short window of 15 s
+    sc = one_model(times, replicas=1, duration=60.0, settings=settings)
+    policy = Scripted({}, interval=40.0)
+    simulate(sc, policy, server_factory=fake_factory(ttft=0.1, itl=0.01))
+    view = policy.seen[0].variants["v"]
+    assert view.metrics_ok and view.success_rpm == pytest.approx(60.0)
+    assert view.success_rpm_short is None and view.waiting_growth_short is None
 
 
 def test_capacity_limits_replicas_and_pending_pods_cost_nothing() -> None:
