@@ -289,6 +289,17 @@ def read_azure() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray
     return arrivals.times, arrivals.input_tokens, np.maximum(arrivals.output_tokens, 2)
 
 
+def replayed(
+    times: np.ndarray[Any, Any], ins: np.ndarray[Any, Any], outs: np.ndarray[Any, Any], scale: float
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A trace at ``scale`` times its rate, as the simulator's ``rateScale`` replays it (seed 3): its
+    arrival times, prompt and output tokens (at least two, so that every request has an ITL)."""
+    arr = TraceTraffic(Arrivals(times, ins, outs), rate_scale=scale).arrivals(
+        np.random.default_rng(3), math.inf
+    )
+    return arr.times, arr.input_tokens, np.maximum(arr.output_tokens, 2)
+
+
 def minute_models(
     parms: ServiceParms,
     t: np.ndarray[Any, Any],
@@ -322,9 +333,7 @@ def trace_rows(
     chunked = factory is v1_engine
     out = []
     for scale in (0.8, 1.0):
-        replay = TraceTraffic(Arrivals(times, ins, outs), rate_scale=scale)
-        arr = replay.arrivals(np.random.default_rng(3), math.inf)
-        t, i, o = arr.times, arr.input_tokens, np.maximum(arr.output_tokens, 2)
+        t, i, o = replayed(times, ins, outs, scale)
         _, ttft, _ = serve(factory, H100, 64, t, i, o)
         warm = len(t) // 10
         parts = minute_models(H100, t, i, o, chunked)
@@ -365,9 +374,7 @@ def code_rows(factory: Callable[..., Any] = v1_engine) -> list[CodeRow]:
     chunked = factory is v1_engine
     out: list[CodeRow] = []
     for share in CODE_SHARES:
-        replay = TraceTraffic(Arrivals(times, ins, outs), rate_scale=share)
-        arr = replay.arrivals(np.random.default_rng(3), math.inf)
-        t, i, o = arr.times, arr.input_tokens, np.maximum(arr.output_tokens, 2)
+        t, i, o = replayed(times, ins, outs, share)
         _, ttft, itl = serve(factory, A100, 64, t, i, o)
         warm = len(t) // 10
         parts = minute_models(A100, t, i, o, chunked)
