@@ -835,18 +835,25 @@ def peak_allocation(
 ) -> dict[str, int]:
     """Static peak provisioning: the oracle's planner at each model's busiest ``window_s`` load
     (windows start every ``window_s / 2``), that load's rate times ``headroom`` (an admin's margin
-    over the peak: ``static@1.5`` plans for half as much again)."""
+    over the peak: ``static@1.5`` plans for half as much again), and, for models of attainment classes,
+    the request lengths and burstiness of that window as the oracle reads them (without them the
+    planner would assume exponential lengths, whose many one- and two-token outputs an ITL target
+    prices high)."""
     loads: dict[str, ModelLoad] = {}
+    workloads: dict[str, Workload] = {}
+    tail = {m.model_id for m in scenario.models if m.tail_slo}
     for model, arr in arrivals.items():
-        best = ModelLoad(0.0, 0.0, 0.0)
+        best, busiest = ModelLoad(0.0, 0.0, 0.0), (0.0, 0.0)
         start = 0.0
         while start < scenario.duration_s:
             end = min(start + window_s, scenario.duration_s)
             load = future_loads({model: arr}, start, end)[model]
             if load.rpm > best.rpm:
-                best = load
+                best, busiest = load, (start, end)
             start += window_s / 2.0
         loads[model] = replace(best, rpm=best.rpm * headroom)
+        if model in tail:
+            workloads.update(future_workloads({model: arr}, *busiest, {model: best}))
     inner = OptimizerPolicy(
         scenario,
         name="static",
@@ -859,7 +866,7 @@ def peak_allocation(
         planner=planner,
     )
     current = {v.name: v.initial_replicas for v in scenario.variants}
-    outcome = inner.plan(loads, current, scenario.capacity())
+    outcome = inner.plan(loads, current, scenario.capacity(), workloads=workloads or None)
     return {
         v.name: (plan.replicas if (plan := outcome.decisions.get((NAMESPACE, v.name))) else current[v.name])
         for v in scenario.variants
