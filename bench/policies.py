@@ -398,20 +398,37 @@ def _why_attainment(name: str, report: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+#: Ours without the forecast, everything else alike: what the forecast costs is ours' cost less this arm's.
+UNFORECAST_ARM = "ours:tail/none/guard"
+
+
 def _why_cost(report: Mapping[str, Any]) -> str:
     pol = report["policies"]
     ours_gpu = sum(pol["ours"]["gpu_hours"].values())
     oracle_gpu = sum(pol["oracle"]["gpu_hours"].values())
     br = cost_breakdown(report, "ours")
-    return (
-        f"ours holds {ours_gpu:.1f} GPU-h against the oracle's {oracle_gpu:.1f}: "
-        f"{br['starting']:.1f} GPU-h in replicas still starting (the oracle starts instantly), and "
-        f"{br['excess']:.1f} replica-hours above the oracle's allocation, minute by minute: the forecast's "
-        "quantiles (a plan made now must hold until start-up + one interval, the oracle's only for "
-        "the coming minute, whose load it knows; and it falls only below the forecast's "
+    causes = (
+        "the forecast's quantiles (a plan made now must hold until start-up + one interval, the oracle's "
+        "only for the coming minute, whose load it knows; and it falls only below the forecast's "
         f"{DEFAULT_DOWN_QUANTILE:g} quantile) and the scale-down stabilisation "
         f"({DEFAULT_PATCH_STABILIZATION_SECONDS:.0f} s until that hysteresis holds, after the forecaster's "
         f"warm-up, then {DEFAULT_AHEAD_STABILIZATION_SECONDS:.0f} s)"
+    )
+    unforecast = pol.get(UNFORECAST_ARM)
+    ours_cost, oracle_cost = pol["ours"]["cost"], pol["oracle"]["cost"]
+    if unforecast is not None and unforecast["cost"] >= oracle_cost + 0.8 * (ours_cost - oracle_cost):
+        # Without the forecast ours costs nearly as much: the forecast is not what costs here.
+        causes = (
+            f"the sizing, not the forecast: without the forecast (`{UNFORECAST_ARM}`) ours costs "
+            f"{unforecast['cost'] / oracle_cost:.2f}× the oracle's. Each plan sizes replicas with the tail "
+            "model on the burstiness and lengths measured over the last ten minutes (from counters over "
+            "30 s and more) and keeps them one stabilisation window; the oracle sizes each minute on that "
+            "minute's own arrivals"
+        )
+    return (
+        f"ours holds {ours_gpu:.1f} GPU-h against the oracle's {oracle_gpu:.1f}: "
+        f"{br['starting']:.1f} GPU-h in replicas still starting (the oracle starts instantly), and "
+        f"{br['excess']:.1f} replica-hours above the oracle's allocation, minute by minute: {causes}"
         + (
             f", {br['initial']:.1f} of them in the first {FIRST_WINDOW_S / 60:.0f} minutes (the scenario's "
             "initial replicas, kept one stabilisation window before a first scale-down; the oracle "
