@@ -71,6 +71,9 @@ UNDER_WAY_MAX = 0.95
 BATCH_GRID = 16
 #: The prompts queued ahead are computed at up to this many batch sizes, interpolated between.
 AHEAD_GRID = 6
+#: The decode steps' shares over an ITL target are computed at up to this many batch sizes (exact up to
+#: a batch of 64), interpolated between.
+ITL_GRID = 64
 #: A prompt's prefill is followed over at most this many steps (the rest counts as the last).
 MAX_PREFILL_STEPS = 32
 
@@ -102,6 +105,17 @@ def sf_integral(knots: tuple[FloatArray, FloatArray, FloatArray], x: FloatArray)
     return out
 
 
+def _batch_grid(n: int, points: int) -> tuple[npt.NDArray[np.int_], npt.NDArray[np.int_], FloatArray]:
+    """Up to ``points`` batch indices of ``0..n − 1`` (the ends included), and for every index the grid
+    point at or below it and its fraction of the way to the next (linear interpolation)."""
+    at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, points))).astype(int))
+    if len(at) == 1:
+        return np.array([0, 0]), np.zeros(n, dtype=int), np.zeros(n)
+    left = np.clip(np.searchsorted(at, np.arange(n), side="right") - 1, 0, len(at) - 2)
+    width = np.maximum(at[left + 1] - at[left], 1)
+    return at, left, np.clip((np.arange(n) - at[left]) / width, 0.0, 1.0)
+
+
 class ChunkedPrefill:
     """The TTFT of an arrival beside ``b − 1`` decodes (b = 1..N) on one chunked-prefill server (see
     the module doc). Built by :class:`~variant_autoscaler.core.tail.TailModel`; what does not depend on
@@ -115,6 +129,7 @@ class ChunkedPrefill:
         "_gap_weights",
         "_gaps",
         "_h_knots",
+        "_itl_grid",
         "_itl_memo",
         "_knots",
         "_mean",
@@ -124,6 +139,7 @@ class ChunkedPrefill:
         "_slope",
         "_span",
         "_step",
+        "_to_bins",
         "_weights",
         "queued",
         "under_way",
@@ -175,14 +191,15 @@ class ChunkedPrefill:
         self._span = busy.mean(axis=1)
         # One more prompt of a backlog: full steps, so its tokens at the step's pace per token.
         self._drain = self._mean * (self._step / self._caps + self._delta)
-        # The queue ahead is computed at a few batch sizes and interpolated (the drain is linear in b).
-        n = len(b)
-        at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, AHEAD_GRID))).astype(int))
-        left = np.clip(np.searchsorted(at, np.arange(n), side="right") - 1, 0, max(len(at) - 2, 0))
-        if len(at) == 1:
-            at, left = np.array([0, 0]), np.zeros(n, dtype=int)
-        width = np.maximum(at[left + 1] - at[left], 1)
-        self._ahead_grid = (at, left, np.clip((np.arange(n) - at[left]) / width, 0.0, 1.0))
+        # The queue ahead is computed at a few batch sizes and interpolated (the drain is linear in b), the
+        # decode steps' shares at more (the step is linear in b, the share over a target is not).
+        self._ahead_grid = _batch_grid(len(b), AHEAD_GRID)
+        self._itl_grid = _batch_grid(len(b), ITL_GRID)
+        # Each queued point's column to its count bin's (a bin's share is spread evenly over its points).
+        bins = np.repeat(np.arange(1, len(QUEUED_POINTS) + 1), QUEUED_POINTS)
+        self._to_bins = np.zeros((1 + len(bins), 1 + len(QUEUED_POINTS)))
+        self._to_bins[0, 0] = 1.0
+        self._to_bins[np.arange(1, 1 + len(bins)), bins] = 1.0 / np.repeat(QUEUED_POINTS, QUEUED_POINTS)
         self._mix_memo: tuple[bytes, tuple[FloatArray, FloatArray, FloatArray]] | None = None
         self._memo: tuple[float, FloatArray, FloatArray] | None = None
         self._itl_memo: tuple[float, FloatArray] | None = None
@@ -229,18 +246,9 @@ class ChunkedPrefill:
         """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
         f, _, counts = self.mix(lam, within)
         decode, carrying = self._shares(target)  # (N, 1 + J) each: by what is queued ahead
-        queued = self._queued_weights(counts)  # (G, N, 1 + J)
-        out: FloatArray = (1.0 - f) * np.sum(queued * decode, axis=2) + f * np.sum(queued * carrying, axis=2)
-        return out
-
-    @staticmethod
-    def _queued_weights(counts: FloatArray) -> FloatArray:
-        """(G, N, 1 + J): the weight of no prompt queued ahead and of each queued point, from the shares
-        of each count bin (each spread evenly over its points)."""
-        parts = [counts[..., :1]]
-        for k, points in enumerate(QUEUED_POINTS):
-            parts.append(np.repeat(counts[..., k + 1 : k + 2] / points, points, axis=-1))
-        out: FloatArray = np.concatenate(parts, axis=-1)
+        # Each count bin's share spread evenly over its points: the bin's mean share over a target.
+        decode, carrying = decode @ self._to_bins, carrying @ self._to_bins  # (N, 1 + E)
+        out: FloatArray = (1.0 - f) * np.sum(counts * decode, axis=2) + f * np.sum(counts * carrying, axis=2)
         return out
 
     def mean(self, lam: FloatArray, within: IdcFn) -> FloatArray:
@@ -274,22 +282,25 @@ class ChunkedPrefill:
         in service seeing a batch of ``b`` with chance ``seen`` (G, N) (itself included), one with the
         :attr:`gaps` ``k`` staying on the server for ``life_ms`` (G, K) (see the module doc)."""
         behind = behind_bins(lam[:, None], life_ms, within)  # (G, K, 1 + E)
-        over = self._itl_over(target)  # (N, K, 1 + E)
-        per_batch = np.einsum("gke,bke,k->gb", behind, over, self._gap_weights)
+        over = self._itl_over(target)  # (B, K, 1 + E) at the grid's batch sizes
+        grid = np.einsum("gke,bke,k->gb", behind, over, self._gap_weights)
+        _, left, frac = self._itl_grid
+        per_batch = grid[:, left] * (1.0 - frac) + grid[:, left + 1] * frac  # (G, N), linear between
         out: FloatArray = np.sum(seen * per_batch, axis=1)
         return out
 
     def _itl_over(self, target: float) -> FloatArray:
-        """(N, K, 1 + E): for a batch of ``b`` (itself included), ``k`` gaps and each count of prompts
-        arriving behind it, P(α + β·b + δ·min(S, k·C)/k > target) with ``S`` their prompt tokens (one
-        prompt's lengths exactly, more by a normal approximation of their sum)."""
+        """(B, K, 1 + E): for a batch of ``b`` (itself included; the grid's), ``k`` gaps and each count of
+        prompts arriving behind it, P(α + β·b + δ·min(S, k·C)/k > target) with ``S`` their prompt tokens
+        (one prompt's lengths exactly, more by a normal approximation of their sum)."""
         from scipy.special import ndtr  # noqa: PLC0415  scipy: +0.3 s on `--help`
 
         if self._itl_memo is not None and self._itl_memo[0] == target:
             return self._itl_memo[1]
-        base = (self._step + self._slope)[:, None, None]  # α + β·b, b = 1..N
+        at = self._itl_grid[0]
+        base = (self._step[at] + self._slope)[:, None, None]  # α + β·b at the grid's b
         room = (target - base) / max(self._delta, 1e-12)  # prompt tokens a step may add on average
-        cap = np.maximum(self._caps - 1.0, 1.0)[:, None, None]  # beside the b decodes
+        cap = np.maximum(self._caps[at] - 1.0, 1.0)[:, None, None]  # beside the b decodes
         x = self._gaps[None, :, None] * room  # prompt tokens over the k gaps at which the mean ITL is over
         n = np.concatenate(([0.0], REPRESENTATIVE))[None, None, :]
         values, levels = self._knots
