@@ -98,6 +98,8 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
 
 def test_every_query_is_valid_promql(prometheus: PrometheusServer) -> None:
     wait_for(lambda: prometheus.query("vllm:request_success_total"), timeout=90, what="the first scrape")
+    # A series seconds old holds no four successive 30 s differences: no burstiness is read from it.
+    assert prometheus.query(build_tail_queries(lookback_s=120.0, windows_s=(30.0,))["idc:30s"]) == []
     for promql in build_tail_queries(lookback_s=120.0, windows_s=(30.0,)).values():
         prometheus.query(promql)  # raises on a parse or evaluation error
     # A bucketed series comes back grouped by le, as read_tail_inputs expects.

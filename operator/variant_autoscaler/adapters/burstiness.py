@@ -10,10 +10,12 @@ instant query per quantity, whatever the number of models:
       avg_over_time(((X - X offset w) ^ 2)[L:w]) / (2 * avg_over_time(X[L:w]))
       with X = sum by (model_name, namespace) (increase(C[w]))
 
-  and the rate over the look-back, at which the burstiness was measured. ``C`` is the counter of
-  requests: vLLM's ``vllm:request_success_total`` by default (completions: they follow arrivals at
-  windows longer than a request's service, smoothing shorter bursts), or an arrival counter where one
-  exists (e.g. the inference gateway's). Windows must span at least two scrapes.
+  kept only where the look-back holds at least :data:`MIN_DIFFERENCES` successive differences (a model
+  deployed minutes ago has too few: one change of level would read as its burstiness, and it is
+  Poisson until then), and the rate over the look-back, at which the burstiness was measured. ``C`` is
+  the counter of requests: vLLM's ``vllm:request_success_total`` by default (completions: they follow
+  arrivals at windows longer than a request's service, smoothing shorter bursts), or an arrival counter
+  where one exists (e.g. the inference gateway's). Windows must span at least two scrapes.
 * **Lengths**: the buckets of ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``
   over the look-back, and their sums and counts (the means), read into
   :class:`~variant_autoscaler.core.workload.TokenLengths` as ``histogram_quantile`` would.
@@ -38,6 +40,7 @@ from variant_autoscaler.errors import ModelError
 __all__ = [
     "DEFAULT_COUNTER",
     "DEFAULT_WINDOWS_S",
+    "MIN_DIFFERENCES",
     "TailInputs",
     "build_tail_queries",
     "collect_tail_inputs",
@@ -48,6 +51,8 @@ __all__ = [
 DEFAULT_COUNTER = "vllm:request_success_total"
 #: Windows (s) of the burstiness; with a 15 s scrape interval, 30 s is the shortest that spans two scrapes.
 DEFAULT_WINDOWS_S: tuple[float, ...] = (30.0, 60.0, 120.0)
+#: A window's IDC is read only from at least this many successive differences in the look-back.
+MIN_DIFFERENCES = 4
 _BY = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE})"
 _BY_LE = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE}, le)"
 _HISTOGRAMS = {"input": "vllm:request_prompt_tokens", "output": "vllm:request_generation_tokens"}
@@ -74,8 +79,11 @@ def build_tail_queries(
         win = _duration(w)
         x = f"sum {_BY} (increase({counter}[{win}]))"
         lagged = f"sum {_BY} (increase({counter}[{win}] offset {win}))"
-        squares = f"avg_over_time((({x} - {lagged}) ^ 2)[{lookback}:{win}])"
-        queries[f"idc:{win}"] = f"{squares} / (2 * avg_over_time(({x})[{lookback}:{win}]))"
+        differences = f"(({x} - {lagged}) ^ 2)[{lookback}:{win}]"
+        idc = f"avg_over_time({differences}) / (2 * avg_over_time(({x})[{lookback}:{win}]))"
+        # Only where the look-back holds enough successive differences: a model younger than that (a new
+        # deployment) would read one level change as its burstiness.
+        queries[f"idc:{win}"] = f"({idc}) and (count_over_time({differences}) >= {MIN_DIFFERENCES})"
     for name, metric in _HISTOGRAMS.items():
         queries[f"{name}:buckets"] = f"sum {_BY_LE} (increase({metric}_bucket[{lookback}]))"
         queries[f"{name}:sum"] = f"sum {_BY} (increase({metric}_sum[{lookback}]))"

@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from variant_autoscaler.adapters.burstiness import build_tail_queries, collect_tail_inputs, read_tail_inputs
+from variant_autoscaler.adapters.burstiness import (
+    MIN_DIFFERENCES,
+    build_tail_queries,
+    collect_tail_inputs,
+    read_tail_inputs,
+)
 from variant_autoscaler.adapters.prometheus import Sample
 from variant_autoscaler.errors import ModelError
 
@@ -24,6 +29,7 @@ def test_one_query_per_quantity_grouped_by_model_and_namespace() -> None:
     assert "by (model_name, namespace, le)" in queries["input:buckets"]
     idc = queries["idc:30s"]
     assert "[10m:30s]" in idc and "offset 30s" in idc and "vllm:request_success_total[30s]" in idc
+    assert "count_over_time" in idc and f">= {MIN_DIFFERENCES}" in idc  # enough differences, or none
     other = build_tail_queries(counter="inference_extension_scheduler_attempts_total")
     assert "inference_extension_scheduler_attempts_total" in other["rate"]
     with pytest.raises(ModelError, match="look-back"):
