@@ -111,6 +111,22 @@ def test_every_query_is_valid_promql(prometheus: PrometheusServer) -> None:
     assert {row["metric"].get("le") for row in buckets} == {"100", "+Inf"}
 
 
+def test_a_young_series_is_read_at_its_own_rate_not_diluted_by_the_look_back(
+    prometheus: PrometheusServer,
+) -> None:
+    """The rate the burstiness is read at: 7 requests a 2 s scrape, 3.5 req/s, from a series some 20 s
+    old, where rate() over the ten-minute look-back gives a thirtieth of it."""
+    wait_for(
+        lambda: prometheus.query("count_over_time(vllm:request_success_total[1m]) >= 10"),
+        timeout=90,
+        what="ten scrapes",
+    )
+    (row,) = prometheus.query(build_tail_queries(lookback_s=600.0, windows_s=(4.0, 8.0))["rate"])
+    assert float(row["value"][1]) == pytest.approx(3.5, rel=0.3)
+    diluted = prometheus.query("sum(rate(vllm:request_success_total[10m]))")
+    assert float(diluted[0]["value"][1]) < 1.0
+
+
 def test_the_guard_reads_its_signals_per_model_in_one_query(prometheus: PrometheusServer) -> None:
     """Four signals, and two more over the rise window (here 10 s of the 30 s window, 2 s scrapes)."""
     query = build_guard_query(30.0, 10.0)

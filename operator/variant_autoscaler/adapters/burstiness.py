@@ -12,10 +12,12 @@ instant query per quantity, whatever the number of models:
 
   kept only where the look-back holds at least :data:`MIN_DIFFERENCES` successive differences (a model
   deployed minutes ago has too few: one change of level would read as its burstiness, and it is
-  Poisson until then), and the rate over the look-back, at which the burstiness was measured. ``C`` is
-  the counter of requests: vLLM's ``vllm:request_success_total`` by default (completions: they follow
-  arrivals at windows longer than a request's service, smoothing shorter bursts), or an arrival counter
-  where one exists (e.g. the inference gateway's). Windows must span at least two scrapes.
+  Poisson until then), and the rate the burstiness was measured at: the mean count per shortest window
+  over the same points, per second (``rate(C[L])`` would divide a young series' counts by the whole
+  look-back). ``C`` is the counter of requests: vLLM's ``vllm:request_success_total`` by default
+  (completions: they follow arrivals at windows longer than a request's service, smoothing shorter
+  bursts), or an arrival counter where one exists (e.g. the inference gateway's). Windows must span at
+  least two scrapes.
 * **Lengths**: the buckets of ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``
   over the look-back, and their sums and counts (the means), read into
   :class:`~variant_autoscaler.core.workload.TokenLengths` as ``histogram_quantile`` would.
@@ -73,6 +75,14 @@ def build_tail_queries(
     (``input``, ``output``) its ``:buckets``, ``:sum`` and ``:count`` over the look-back."""
     lookback = _duration(lookback_s)
     queries: dict[str, str] = {"rate": f"sum {_BY} (rate({counter}[{lookback}]))"}
+    if windows_s:
+        # The mean count per window over the look-back's points, per second: the rate the IDC is read
+        # at, also for a model younger than the look-back (rate() over it divides what a new series
+        # counted by the whole look-back: a model deployed three minutes ago read at a third of its rate,
+        # and its burstiness was then not thinned per replica).
+        first = _duration(min(windows_s))
+        counts = f"sum {_BY} (increase({counter}[{first}]))"
+        queries["rate"] = f"avg_over_time(({counts})[{lookback}:{first}]) / {min(windows_s):g}"
     for w in windows_s:
         if not 0 < w <= lookback_s / 4:
             raise ModelError(f"a burstiness window of {w:g} s needs a look-back of at least {4 * w:g} s")

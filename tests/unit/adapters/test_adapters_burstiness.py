@@ -30,6 +30,8 @@ def test_one_query_per_quantity_grouped_by_model_and_namespace() -> None:
     idc = queries["idc:30s"]
     assert "[10m:30s]" in idc and "offset 30s" in idc and "vllm:request_success_total[30s]" in idc
     assert "count_over_time" in idc and f">= {MIN_DIFFERENCES}" in idc  # enough differences, or none
+    # The rate the IDC is read at: the mean count of the shortest window over the same points, per second.
+    assert queries["rate"].startswith("avg_over_time(") and queries["rate"].endswith("[10m:30s]) / 30")
     other = build_tail_queries(counter="inference_extension_scheduler_attempts_total")
     assert "inference_extension_scheduler_attempts_total" in other["rate"]
     with pytest.raises(ModelError, match="look-back"):
