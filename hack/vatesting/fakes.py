@@ -19,6 +19,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from variant_autoscaler.adapters.burstiness import build_tail_queries
 from variant_autoscaler.adapters.exporter import Exporter
 from variant_autoscaler.adapters.guard_signals import build_guard_query
 from variant_autoscaler.adapters.kube import CallableTransport, Credentials, KubeClient
@@ -293,6 +294,8 @@ class FakePrometheus:
         # The profile learning's per-pod windows: (model, namespace, pod) -> query name -> value.
         self.profile: dict[tuple[str, str, str], dict[str, float]] = {}
         self.gateway: dict[str, float] = {}
+        # The tail model's inputs (adapters/burstiness.py's query names: idc:30s, rate, ...), per model.
+        self.tail: dict[tuple[str, str], dict[str, float]] = {}
         # A range query's answer (the forecast's history): (model, namespace) -> [(time, req/s), ...].
         self.history: dict[tuple[str, str], list[tuple[float, float]]] = {}
         self.range_queries: list[dict[str, str]] = []
@@ -339,6 +342,27 @@ class FakePrometheus:
         return [
             {"metric": {"model_name": m, "namespace": ns, "pod": pod}, "value": [self.now, repr(row[name])]}
             for (m, ns, pod), row in self.profile.items()
+            if name in row
+        ]
+
+    def set_tail(self, model: str, namespace: str, values: Mapping[str, float]) -> None:
+        """A model's answers to the burstiness queries (adapters/burstiness.py's names: ``idc:30s``,
+        ``idc:1m``, ``idc:2m``, ``rate``); the length histograms stay unanswered."""
+        self.tail[(model, namespace)] = dict(values)
+
+    def _answered(self, query: str) -> list[dict[str, Any]] | None:
+        """The answer to a profile-learning or tail query; None for any other."""
+        found = self._profile_result(query)
+        return found if found is not None else self._tail_result(query)
+
+    def _tail_result(self, query: str) -> list[dict[str, Any]] | None:
+        """None (an error) for a tail query while no model has tail answers, as before they existed."""
+        name = {q: n for n, q in build_tail_queries().items()}.get(query)
+        if name is None or not self.tail:
+            return None
+        return [
+            {"metric": {"model_name": m, "namespace": ns}, "value": [self.now, repr(row[name])]}
+            for (m, ns), row in self.tail.items()
             if name in row
         ]
 
@@ -404,7 +428,7 @@ class FakePrometheus:
                 {"metric": {"target_model_name": m}, "value": [self.now, repr(v)]}
                 for m, v in self.gateway.items()
             ]
-        elif (found := self._profile_result(query)) is not None:
+        elif (found := self._answered(query)) is not None:
             result = found
         elif _IDLE.search(query):
             for (model, ns), count in self.requests_within.items():

@@ -77,6 +77,32 @@ async def test_attainment_in_the_queueing_model_configmap_reads_the_tail_inputs_
     assert "wva-queueing-model-config" in reason and "planned for the forecast" in reason
 
 
+async def test_the_status_shows_the_burstiness_the_tail_model_sized_with() -> None:
+    """status.workload: the index of dispersion per window and the rate it was read at, as Prometheus
+    answered; burstier arrivals, more replicas for the same rate. Nothing read: no workload shown."""
+    plain = _harness()
+    plain.load(600.0)
+    await plain.engine.run_cycle()
+    assert "workload" not in plain.status()
+    h = _harness()
+    h.load(600.0)
+    h.prom.set_tail("default/default", NS, {"idc:30s": 8.0, "idc:1m": 12.0, "idc:2m": 15.0, "rate": 10.0})
+    await h.engine.run_cycle()
+    workload = h.status()["workload"]
+    assert workload["burstiness"] == [
+        {"windowSeconds": "30.00", "indexOfDispersion": "8.00"},
+        {"windowSeconds": "60.00", "indexOfDispersion": "12.00"},
+        {"windowSeconds": "120.00", "indexOfDispersion": "15.00"},
+    ]
+    assert workload["measuredRate"] == "600.00"
+    assert "promptTokens" not in workload  # the histograms were not answered: exponential lengths
+    VariantAutoscaling.model_validate(h.kube.get("variantautoscalings", NS, VA))  # the schema holds it
+    assert (
+        h.status()["desiredOptimizedAlloc"]["numReplicas"]
+        > plain.status()["desiredOptimizedAlloc"]["numReplicas"]
+    )
+
+
 async def test_the_forecast_lives_in_the_status_and_a_restarted_operator_resumes_it() -> None:
     h = _harness()
     h.load(600.0)

@@ -422,6 +422,31 @@ class ForecastStatus(_Model):
     planned_rate: str | None = Field(default=None, alias="plannedRate", max_length=32)
 
 
+class IdcStatus(_Model):
+    """(ours) The index of dispersion of the model's request counts over one window (1: Poisson)."""
+
+    window_seconds: str = Field(alias="windowSeconds", max_length=32)
+    index_of_dispersion: str = Field(alias="indexOfDispersion", max_length=32)
+
+
+class LengthStatus(_Model):
+    """(ours) A request-length distribution read from vLLM's histograms: mean and quantiles (tokens)."""
+
+    mean: str | None = Field(default=None, max_length=32)
+    p50: str | None = Field(default=None, max_length=32)
+    p90: str | None = Field(default=None, max_length=32)
+    p99: str | None = Field(default=None, max_length=32)
+
+
+class WorkloadStatus(_Model):
+    """(ours) What the tail model sized the variant's model with (docs/tail-slo.md)."""
+
+    burstiness: list[IdcStatus] | None = Field(default=None, max_length=16)
+    measured_rate: str | None = Field(default=None, alias="measuredRate", max_length=32)
+    prompt_tokens: LengthStatus | None = Field(default=None, alias="promptTokens")
+    output_tokens: LengthStatus | None = Field(default=None, alias="outputTokens")
+
+
 class VariantAutoscalingStatus(_Model):
     current_alloc: Allocation | None = Field(default=None, alias="currentAlloc")
     desired_optimized_alloc: OptimizedAlloc | None = Field(default=None, alias="desiredOptimizedAlloc")
@@ -429,6 +454,7 @@ class VariantAutoscalingStatus(_Model):
     recommendations: list[Recommendation] | None = Field(default=None, max_length=64)
     last_metrics_time: datetime | None = Field(default=None, alias="lastMetricsTime")
     forecast: ForecastStatus | None = None
+    workload: WorkloadStatus | None = None
     observed_generation: int | None = Field(default=None, alias="observedGeneration", ge=0)
     conditions: list[Condition] | None = Field(default=None, max_length=32)
     learned_profile: LearnedProfileStatus | None = Field(default=None, alias="learnedProfile")

@@ -144,6 +144,8 @@ class DecisionInputs:
     learned_profile: Mapping[str, Any] | None = None
     # status.forecast to write (the model's demand forecast, engine/ahead.py), or None.
     forecast: Mapping[str, Any] | None = None
+    # status.workload to write (what the tail model sized the model with: core/status.workload_json), or None.
+    workload: Mapping[str, Any] | None = None
     # Preemptions per second over the variant's pods in the metrics window (None: not reported).
     preemption_rate: float | None = None
 
@@ -582,6 +584,7 @@ def report(decision: VariantDecision, result: ActuationResult | None = None) -> 
         last_metrics_time=decision.last_metrics_time,
         learned_profile=inp.learned_profile,
         forecast=inp.forecast,
+        workload=inp.workload,
     )
     status = st.build_status(status_inputs)
 

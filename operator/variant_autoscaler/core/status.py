@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from variant_autoscaler.core.policy import Recommendation
+from variant_autoscaler.core.workload import Workload
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -294,6 +295,36 @@ class StatusInputs:
     learned_profile: Mapping[str, Any] | None = None
     # The demand forecast of the variant's model, kept across restarts (engine/ahead.py), or None.
     forecast: Mapping[str, Any] | None = None
+    # ``status.workload`` (:func:`workload_json`: what the tail model sized the variant's model with), or
+    # None (a mean class, or nothing read: Poisson arrivals and exponential lengths assumed).
+    workload: Mapping[str, Any] | None = None
+
+
+#: The length quantiles ``status.workload`` shows.
+WORKLOAD_QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+def workload_json(workload: Workload) -> dict[str, Any] | None:
+    """``status.workload``: the burstiness (per window, its index of dispersion: 1 is Poisson) and the
+    rate it was measured at (req/min), and the prompt and output lengths' mean and quantiles, as the
+    tail model read them from Prometheus; None when neither was read."""
+    out: dict[str, Any] = {}
+    bursts = workload.burstiness
+    if bursts is not None and bursts.windows_s:
+        out["burstiness"] = [
+            {"windowSeconds": format_decimal(w), "indexOfDispersion": format_decimal(v)}
+            for w, v in zip(bursts.windows_s[:16], bursts.idc[:16], strict=True)
+        ]
+        out["measuredRate"] = format_decimal(bursts.rate * 60.0)
+    if workload.lengths is not None:
+        for key, tokens in (
+            ("promptTokens", workload.lengths.input),
+            ("outputTokens", workload.lengths.output),
+        ):
+            figures = {"mean": format_decimal(tokens.mean)}
+            figures.update({name: format_decimal(tokens.quantile(q)) for name, q in WORKLOAD_QUANTILES})
+            out[key] = figures
+    return out or None
 
 
 def current_alloc_json(view: CurrentView) -> dict[str, Any]:
@@ -357,6 +388,7 @@ def build_status(inp: StatusInputs) -> dict[str, Any]:
         or None,
         "lastMetricsTime": format_time(inp.last_metrics_time) if inp.last_metrics_time else None,
         "forecast": dict(inp.forecast) if inp.forecast is not None else None,
+        "workload": dict(inp.workload) if inp.workload is not None else None,
         "observedGeneration": inp.generation,
         # The schema's maxItems: the newest types (updates come last) are kept.
         "conditions": [c.to_json() for c in conditions[-32:]],

@@ -65,6 +65,7 @@ from variant_autoscaler.core.guard import (
     take_room,
 )
 from variant_autoscaler.core.policy import siblings_starting
+from variant_autoscaler.core.status import workload_json
 from variant_autoscaler.engine.configs import CycleConfig
 from variant_autoscaler.engine.translate import VariantContext, actuation_mode, stabilization_window
 from variant_autoscaler.errors import CollectionError, KubeError, ModelError, VariantAutoscalerError
@@ -381,6 +382,9 @@ def ahead_inputs(
         pending_timeout_seconds=0.0,
         siblings_starting=siblings,
         forecast=forecasts.status(model),
+        workload=workload_json(ctx.planned.workload)
+        if ctx.planned is not None and ctx.planned.workload is not None
+        else None,
         stabilization_seconds=stabilization_window(
             ctx.va, cfg, actuation_mode(ctx.va, cfg), ahead=forecasts.holds(model)
         ),

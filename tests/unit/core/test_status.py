@@ -9,6 +9,7 @@ import pytest
 
 from variant_autoscaler.core import status as st
 from variant_autoscaler.core.policy import Recommendation
+from variant_autoscaler.core.workload import Burstiness, RequestLengths, TokenLengths, Workload
 
 T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -198,3 +199,18 @@ def test_status_figures_and_counts_stay_within_the_crds_bounds() -> None:
     assert desired["accelerator"] is None  # unknown: left out rather than "" (minLength 1)
     assert desired["numReplicas"] == desired["maxBatch"] == 2**31 - 1
     assert len(desired["reason"]) == 4096
+
+
+def test_the_workload_shows_the_lengths_quantiles_and_the_burstiness() -> None:
+    lengths = RequestLengths(TokenLengths.fixed(100.0), TokenLengths.exponential(64.0))
+    shown = st.workload_json(Workload(lengths, Burstiness((30.0, 60.0), (2.5, 4.0), 1.5)))
+    assert shown is not None
+    assert shown["burstiness"][1] == {"windowSeconds": "60.00", "indexOfDispersion": "4.00"}
+    assert shown["measuredRate"] == "90.00"  # requests per minute
+    assert shown["promptTokens"] == {"mean": "100.00", "p50": "100.00", "p90": "100.00", "p99": "100.00"}
+    out = shown["outputTokens"]
+    assert float(out["mean"]) == pytest.approx(64.0, rel=0.02)
+    assert float(out["p50"]) < float(out["mean"]) < float(out["p90"]) < float(out["p99"])
+    # Nothing read: nothing shown (the tail model's defaults apply).
+    assert st.workload_json(Workload()) is None
+    assert "promptTokens" not in (st.workload_json(Workload(burstiness=Burstiness((30.0,), (3.0,)))) or {})
