@@ -425,6 +425,7 @@ class OptimizerPlanner:
                     how[v.key] += f"; planned for the forecast {v.ahead_rpm:.4g} req/min"
                     rpm = v.ahead_rpm
                     tokens = _forecast_tokens(v, tokens)
+                how[v.key] += _burstiness_note(v.workload)
             profiles, max_batch, capped = _kv_capped(v)
             try:
                 variant = VariantInput(
@@ -535,6 +536,23 @@ def _inferred_service(v: PlannedVariant) -> tuple[tuple[ServiceTarget, str] | No
         return None, f"SLOs inferred with sloMultiplier {k:g} ({where}): {exc}"
     how = f"SLOs inferred with sloMultiplier {k:g} ({where}): {found.describe()}"
     return (ServiceTarget("queueing-model", DEFAULT_PRIORITY, found.slo), how), ""
+
+
+#: Arrivals whose index of dispersion reaches this at some window are called bursty in a plan's reason.
+BURSTY_IDC = 2.0
+
+
+def _burstiness_note(workload: Workload | None) -> str:
+    """The reason's note on the burstiness a tail class is sized for: its largest index of dispersion
+    and the window it was read over, where that is at least :data:`BURSTY_IDC` (else nothing: near
+    Poisson, it explains little). See ``status.workload`` for every window."""
+    bursts = workload.burstiness if workload is not None else None
+    if bursts is None or not bursts.windows_s:
+        return ""
+    idc, window = max(zip(bursts.idc, bursts.windows_s, strict=True))
+    if idc < BURSTY_IDC:
+        return ""
+    return f"; sized for bursty arrivals (index of dispersion {idc:.3g} over {window:g} s)"
 
 
 def _forecast_tokens(v: PlannedVariant, tokens: tuple[float, float]) -> tuple[float, float]:

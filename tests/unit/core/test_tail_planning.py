@@ -227,3 +227,19 @@ def test_a_forecast_after_a_silent_window_is_planned_with_the_lengths_measured_b
     assert plan(silent) == plan(busy) > 1
     # Without a measured workload nothing says how long the coming requests are: as before.
     assert plan(replace(silent, workload=None)) == 1
+
+
+def test_the_reason_says_when_bursty_arrivals_were_sized_for() -> None:
+    head = "name: Premium\npriority: 1\ndata:\n  - {model: m, slo-tpot: 50, slo-ttft: 1000"
+    base = _request(head + ", slo-attainment: 99}\n", ahead=None, capacity=None)
+    planner = OptimizerPlanner()
+
+    def planned(bursts: Burstiness) -> tuple[int, str]:
+        v = replace(base.variants[0], workload=Workload(LOGNORMAL, bursts))
+        decision = planner.plan(replace(base, variants=(v,))).decisions[("ns", "v")]
+        return decision.replicas, decision.reason
+
+    calm, calm_why = planned(Burstiness((30.0, 60.0), (1.2, 1.4), 10.0))
+    bursty, why = planned(Burstiness((30.0, 60.0), (8.0, 26.0), 10.0))
+    assert "bursty" not in calm_why  # near Poisson: nothing to explain
+    assert "sized for bursty arrivals (index of dispersion 26 over 60 s)" in why and bursty >= calm
