@@ -98,7 +98,7 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
 
 def test_every_query_is_valid_promql(prometheus: PrometheusServer) -> None:
     wait_for(lambda: prometheus.query("vllm:request_success_total"), timeout=90, what="the first scrape")
-    # A series seconds old holds no four successive 30 s differences: no burstiness is read from it.
+    # A series seconds old holds none of the look-back's successive differences: no burstiness yet.
     assert prometheus.query(build_tail_queries(lookback_s=120.0, windows_s=(30.0,))["idc:30s"]) == []
     for promql in build_tail_queries(lookback_s=120.0, windows_s=(30.0,)).values():
         prometheus.query(promql)  # raises on a parse or evaluation error
@@ -125,6 +125,18 @@ def test_a_young_series_is_read_at_its_own_rate_not_diluted_by_the_look_back(
     assert float(row["value"][1]) == pytest.approx(3.5, rel=0.3)
     diluted = prometheus.query("sum(rate(vllm:request_success_total[10m]))")
     assert float(diluted[0]["value"][1]) < 1.0
+
+
+def test_the_burstiness_is_read_once_the_series_spans_the_look_back(prometheus: PrometheusServer) -> None:
+    """Over a 24 s look-back of 4 s windows (five differences but one needed), the IDC comes once the
+    series is about as old as the look-back, not before: 7 requests every 2 s scrape, no burstiness (0:
+    successive counts equal)."""
+    query = build_tail_queries(lookback_s=24.0, windows_s=(4.0,))["idc:4s"]
+    first = wait_for(lambda: prometheus.query("vllm:request_success_total"), timeout=90, what="a scrape")
+    born = float(first[0]["value"][0])
+    rows = wait_for(lambda: prometheus.query(query), timeout=90, what="the IDC over 4 s")
+    assert float(rows[0]["value"][0]) - born >= 20.0
+    assert float(rows[0]["value"][1]) == pytest.approx(0.0, abs=0.2)
 
 
 def test_the_guard_reads_its_signals_per_model_in_one_query(prometheus: PrometheusServer) -> None:

@@ -10,14 +10,14 @@ instant query per quantity, whatever the number of models:
       avg_over_time(((X - X offset w) ^ 2)[L:w]) / (2 * avg_over_time(X[L:w]))
       with X = sum by (model_name, namespace) (increase(C[w]))
 
-  kept only where the look-back holds at least :data:`MIN_DIFFERENCES` successive differences (a model
-  deployed minutes ago has too few: one change of level would read as its burstiness, and it is
-  Poisson until then), and the rate the burstiness was measured at: the mean count per shortest window
-  over the same points, per second (``rate(C[L])`` would divide a young series' counts by the whole
-  look-back). ``C`` is the counter of requests: vLLM's ``vllm:request_success_total`` by default
-  (completions: they follow arrivals at windows longer than a request's service, smoothing shorter
-  bursts), or an arrival counter where one exists (e.g. the inference gateway's). Windows must span at
-  least two scrapes.
+  kept only where the look-back holds its successive differences (:func:`min_differences`: all but one;
+  a model deployed minutes ago has too few, and the ramp of its load would read as its burstiness: it is
+  Poisson until then, as in the simulator), and the rate the burstiness was measured at: the mean count
+  per shortest window over the same points, per second (``rate(C[L])`` would divide a young series'
+  counts by the whole look-back). ``C`` is the counter of requests: vLLM's
+  ``vllm:request_success_total`` by default (completions: they follow arrivals at windows longer than a
+  request's service, smoothing shorter bursts), or an arrival counter where one exists (e.g. the
+  inference gateway's). Windows must span at least two scrapes.
 * **Lengths**: the buckets of ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``
   over the look-back, and their sums and counts (the means), read into
   :class:`~variant_autoscaler.core.workload.TokenLengths` as ``histogram_quantile`` would.
@@ -46,6 +46,7 @@ __all__ = [
     "TailInputs",
     "build_tail_queries",
     "collect_tail_inputs",
+    "min_differences",
     "read_tail_inputs",
 ]
 
@@ -55,6 +56,17 @@ DEFAULT_COUNTER = "vllm:request_success_total"
 DEFAULT_WINDOWS_S: tuple[float, ...] = (30.0, 60.0, 120.0)
 #: A window's IDC is read only from at least this many successive differences in the look-back.
 MIN_DIFFERENCES = 4
+
+
+def min_differences(lookback_s: float, window_s: float) -> int:
+    """The successive differences a window's IDC is read from: those of the whole look-back but one (a
+    subquery's points fall where its alignment puts them), and at least :data:`MIN_DIFFERENCES`. So a
+    model younger than the look-back has no burstiness yet (Poisson), as in the simulator: read from a
+    few minutes, the IDC is as much the ramp of a new deployment's load as its burstiness, and noisy
+    (from k differences its relative error is about √(2/k))."""
+    return max(MIN_DIFFERENCES, int(lookback_s // window_s) - 1)
+
+
 _BY = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE})"
 _BY_LE = f"by ({LABEL_MODEL}, {LABEL_NAMESPACE}, le)"
 _HISTOGRAMS = {"input": "vllm:request_prompt_tokens", "output": "vllm:request_generation_tokens"}
@@ -91,9 +103,10 @@ def build_tail_queries(
         lagged = f"sum {_BY} (increase({counter}[{win}] offset {win}))"
         differences = f"(({x} - {lagged}) ^ 2)[{lookback}:{win}]"
         idc = f"avg_over_time({differences}) / (2 * avg_over_time(({x})[{lookback}:{win}]))"
-        # Only where the look-back holds enough successive differences: a model younger than that (a new
-        # deployment) would read one level change as its burstiness.
-        queries[f"idc:{win}"] = f"({idc}) and (count_over_time({differences}) >= {MIN_DIFFERENCES})"
+        # Only where the look-back holds its differences: a model younger than that (a new deployment)
+        # would read the ramp of its load as its burstiness.
+        enough = min_differences(lookback_s, w)
+        queries[f"idc:{win}"] = f"({idc}) and (count_over_time({differences}) >= {enough})"
     for name, metric in _HISTOGRAMS.items():
         queries[f"{name}:buckets"] = f"sum {_BY_LE} (increase({metric}_bucket[{lookback}]))"
         queries[f"{name}:sum"] = f"sum {_BY} (increase({metric}_sum[{lookback}]))"

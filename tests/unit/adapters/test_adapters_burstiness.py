@@ -10,6 +10,7 @@ from variant_autoscaler.adapters.burstiness import (
     MIN_DIFFERENCES,
     build_tail_queries,
     collect_tail_inputs,
+    min_differences,
     read_tail_inputs,
 )
 from variant_autoscaler.adapters.prometheus import Sample
@@ -29,7 +30,9 @@ def test_one_query_per_quantity_grouped_by_model_and_namespace() -> None:
     assert "by (model_name, namespace, le)" in queries["input:buckets"]
     idc = queries["idc:30s"]
     assert "[10m:30s]" in idc and "offset 30s" in idc and "vllm:request_success_total[30s]" in idc
-    assert "count_over_time" in idc and f">= {MIN_DIFFERENCES}" in idc  # enough differences, or none
+    # The look-back's differences but one (20 windows of 30 s in 10 minutes), or none; at least four.
+    assert "count_over_time" in idc and idc.endswith(">= 19)") and queries["idc:2m"].endswith(">= 4)")
+    assert min_differences(600.0, 30.0) == 19 and min_differences(120.0, 30.0) == MIN_DIFFERENCES
     # The rate the IDC is read at: the mean count of the shortest window over the same points, per second.
     assert queries["rate"].startswith("avg_over_time(") and queries["rate"].endswith("[10m:30s]) / 30")
     other = build_tail_queries(counter="inference_extension_scheduler_attempts_total")
