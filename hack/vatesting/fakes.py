@@ -357,8 +357,10 @@ class FakePrometheus:
 
     def _tail_result(self, query: str) -> list[dict[str, Any]] | None:
         """None (an error) for a tail query while no model has tail answers, as before they existed."""
+        if not self.tail:
+            return None
         name = {q: n for n, q in build_tail_queries().items()}.get(query)
-        if name is None or not self.tail:
+        if name is None:
             return None
         return [
             {"metric": {"model_name": m, "namespace": ns}, "value": [self.now, repr(row[name])]}

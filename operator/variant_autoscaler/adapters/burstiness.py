@@ -86,15 +86,9 @@ def build_tail_queries(
     """The PromQL of one collection: ``idc:<w>`` per window, ``rate``, and per length histogram
     (``input``, ``output``) its ``:buckets``, ``:sum`` and ``:count`` over the look-back."""
     lookback = _duration(lookback_s)
+    # Without windows, the rate over the look-back (no burstiness is read then).
     queries: dict[str, str] = {"rate": f"sum {_BY} (rate({counter}[{lookback}]))"}
-    if windows_s:
-        # The mean count per window over the look-back's points, per second: the rate the IDC is read
-        # at, also for a model younger than the look-back (rate() over it divides what a new series
-        # counted by the whole look-back: a model deployed three minutes ago read at a third of its rate,
-        # and its burstiness was then not thinned per replica).
-        first = _duration(min(windows_s))
-        counts = f"sum {_BY} (increase({counter}[{first}]))"
-        queries["rate"] = f"avg_over_time(({counts})[{lookback}:{first}]) / {min(windows_s):g}"
+    shortest = min(windows_s, default=None)
     for w in windows_s:
         if not 0 < w <= lookback_s / 4:
             raise ModelError(f"a burstiness window of {w:g} s needs a look-back of at least {4 * w:g} s")
@@ -102,7 +96,14 @@ def build_tail_queries(
         x = f"sum {_BY} (increase({counter}[{win}]))"
         lagged = f"sum {_BY} (increase({counter}[{win}] offset {win}))"
         differences = f"(({x} - {lagged}) ^ 2)[{lookback}:{win}]"
-        idc = f"avg_over_time({differences}) / (2 * avg_over_time(({x})[{lookback}:{win}]))"
+        mean = f"avg_over_time(({x})[{lookback}:{win}])"
+        if w == shortest:
+            # The mean count of the shortest window over the look-back's points, per second: the rate the
+            # IDC is read at, also for a model younger than the look-back (rate() over it divides what a
+            # new series counted by the whole look-back: a model deployed three minutes ago read at a
+            # third of its rate, and its burstiness was then not thinned per replica).
+            queries["rate"] = f"{mean} / {w:g}"
+        idc = f"avg_over_time({differences}) / (2 * {mean})"
         # Only where the look-back holds its differences: a model younger than that (a new deployment)
         # would read the ramp of its load as its burstiness.
         enough = min_differences(lookback_s, w)

@@ -105,10 +105,16 @@ def sf_integral(knots: tuple[FloatArray, FloatArray, FloatArray], x: FloatArray)
     return out
 
 
+def _grid_points(n: int, points: int) -> npt.NDArray[np.int_]:
+    """Up to ``points`` batch indices of ``0..n − 1``, evenly spread, the ends included."""
+    out: npt.NDArray[np.int_] = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, points))).astype(int))
+    return out
+
+
 def _batch_grid(n: int, points: int) -> tuple[npt.NDArray[np.int_], npt.NDArray[np.int_], FloatArray]:
-    """Up to ``points`` batch indices of ``0..n − 1`` (the ends included), and for every index the grid
-    point at or below it and its fraction of the way to the next (linear interpolation)."""
-    at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, points))).astype(int))
+    """:func:`_grid_points`, and for every index of ``0..n − 1`` the grid point at or below it and its
+    fraction of the way to the next (linear interpolation)."""
+    at = _grid_points(n, points)
     if len(at) == 1:
         return np.array([0, 0]), np.zeros(n, dtype=int), np.zeros(n)
     left = np.clip(np.searchsorted(at, np.arange(n), side="right") - 1, 0, len(at) - 2)
@@ -245,9 +251,7 @@ class ChunkedPrefill:
     def miss(self, lam: FloatArray, target: float, within: IdcFn) -> FloatArray:
         """(G, N): P(TTFT > target) at rates ``lam``, for an arrival beside ``b − 1`` decodes."""
         f, _, counts = self.mix(lam, within)
-        decode, carrying = self._shares(target)  # (N, 1 + J) each: by what is queued ahead
-        # Each count bin's share spread evenly over its points: the bin's mean share over a target.
-        decode, carrying = decode @ self._to_bins, carrying @ self._to_bins  # (N, 1 + E)
+        decode, carrying = self._shares(target)  # (N, 1 + E) each: by the count queued ahead
         out: FloatArray = (1.0 - f) * np.sum(counts * decode, axis=2) + f * np.sum(counts * carrying, axis=2)
         return out
 
@@ -313,14 +317,15 @@ class ChunkedPrefill:
         return out
 
     def _shares(self, target: float) -> tuple[FloatArray, FloatArray]:
-        """(N, 1 + J) shares over ``target`` with no prompt queued ahead (0) or the queued point j
-        (1..J): the step under way a decode step, and carrying a prompt (over its points, weighted as
-        :meth:`mix` weighs them: neither depends on the rate). Computed at up to ``BATCH_GRID`` batch
-        sizes and interpolated between them (the step and its room are linear in the batch)."""
+        """(N, 1 + E) shares over ``target`` with no prompt queued ahead (0) or each count bin of the
+        prompts queued ahead (its mean share over its queued points): the step under way a decode step,
+        and carrying a prompt (over its points, weighted as :meth:`mix` weighs them: neither depends on
+        the rate). Computed at up to ``BATCH_GRID`` batch sizes and interpolated between them (the step
+        and its room are linear in the batch), once per target."""
         if self._memo is not None and self._memo[0] == target:
             return self._memo[1], self._memo[2]
         n = len(self._step)
-        at = np.unique(np.round(np.linspace(0.0, n - 1.0, min(n, BATCH_GRID))).astype(int))
+        at = _grid_points(n, BATCH_GRID)
         s, cap, delta = self._step[at], self._caps[at], self._delta
         _, chunk, rest = (a[at] for a in self.chunks())
         span = np.concatenate((s[:, None], s[:, None] + delta * chunk), axis=1)[:, :, None]  # (B, P, 1)
@@ -331,7 +336,9 @@ class ChunkedPrefill:
         shares = self._over(target, s[:, None, None], cap[:, None, None], span, ahead)  # (B, 1 + K, 1 + J)
         grid = (shares[:, 0, :], np.einsum("bkj,bk->bj", shares[:, 1:, :], self._weights[at]))
         every = np.arange(float(n))
-        decode, carrying = (np.stack([np.interp(every, at, column) for column in g.T], axis=1) for g in grid)
+        decode, carrying = (
+            np.stack([np.interp(every, at, column) for column in g.T], axis=1) @ self._to_bins for g in grid
+        )
         self._memo = (target, decode, carrying)
         return decode, carrying
 
